@@ -1,0 +1,162 @@
+// Package resources is the table of API resources everynode serves: their group,
+// version, kind, scope, short names and Go types. The store, the API server and
+// the client all read it, so a resource is added in exactly one place.
+//
+// The table is immutable after construction; it is safe for concurrent use.
+package resources
+
+import (
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// Object is any API object everynode stores: Kubernetes ObjectMeta plus TypeMeta.
+type Object interface {
+	metav1.Object
+	runtime.Object
+}
+
+// Resource describes one served resource.
+type Resource struct {
+	// Name is the plural lower-case resource name, as in URLs ("daemonsets").
+	Name string
+	// Singular is the singular lower-case name ("daemonset").
+	Singular string
+	// Group is the API group ("" for core, "apps").
+	Group string
+	// Version is the API version ("v1").
+	Version string
+	// Kind is the object kind ("DaemonSet"); lists are Kind+"List".
+	Kind string
+	// Namespaced says whether objects live in a namespace.
+	Namespaced bool
+	// ShortNames are kubectl's aliases ("ds").
+	ShortNames []string
+	// Categories are kubectl's groupings ("all").
+	Categories []string
+	// Subresources are the served subresources ("status", "log").
+	Subresources []string
+	// New returns an empty object of this resource's Go type.
+	New func() Object
+	// NewList returns an empty list of this resource's Go type.
+	NewList func() runtime.Object
+}
+
+// GroupVersion returns the resource's group and version.
+func (r *Resource) GroupVersion() schema.GroupVersion {
+	return schema.GroupVersion{Group: r.Group, Version: r.Version}
+}
+
+// APIVersion returns the apiVersion string objects carry ("v1", "apps/v1").
+func (r *Resource) APIVersion() string { return r.GroupVersion().String() }
+
+// GVK returns the object's group, version and kind.
+func (r *Resource) GVK() schema.GroupVersionKind { return r.GroupVersion().WithKind(r.Kind) }
+
+// GVR returns the group, version and resource.
+func (r *Resource) GVR() schema.GroupVersionResource { return r.GroupVersion().WithResource(r.Name) }
+
+// GroupResource returns the group-qualified resource used in error messages
+// ("daemonsets.apps", "pods").
+func (r *Resource) GroupResource() schema.GroupResource {
+	return schema.GroupResource{Group: r.Group, Resource: r.Name}
+}
+
+// SetTypeMeta stamps apiVersion and kind on obj, which json.Marshal of a typed
+// object otherwise leaves empty.
+func (r *Resource) SetTypeMeta(obj runtime.Object) {
+	obj.GetObjectKind().SetGroupVersionKind(r.GVK())
+}
+
+// The served resources. Each is a distinct value: compare by pointer or Name.
+var (
+	Namespaces = &Resource{
+		Name: "namespaces", Singular: "namespace", Version: "v1", Kind: "Namespace",
+		ShortNames: []string{"ns"}, Subresources: []string{"status"},
+		New:     func() Object { return &corev1.Namespace{} },
+		NewList: func() runtime.Object { return &corev1.NamespaceList{} },
+	}
+	Nodes = &Resource{
+		Name: "nodes", Singular: "node", Version: "v1", Kind: "Node",
+		ShortNames: []string{"no"}, Subresources: []string{"status"},
+		New:     func() Object { return &corev1.Node{} },
+		NewList: func() runtime.Object { return &corev1.NodeList{} },
+	}
+	Pods = &Resource{
+		Name: "pods", Singular: "pod", Version: "v1", Kind: "Pod", Namespaced: true,
+		ShortNames: []string{"po"}, Categories: []string{"all"}, Subresources: []string{"status", "log"},
+		New:     func() Object { return &corev1.Pod{} },
+		NewList: func() runtime.Object { return &corev1.PodList{} },
+	}
+	Events = &Resource{
+		Name: "events", Singular: "event", Version: "v1", Kind: "Event", Namespaced: true,
+		ShortNames: []string{"ev"},
+		New:        func() Object { return &corev1.Event{} },
+		NewList:    func() runtime.Object { return &corev1.EventList{} },
+	}
+	DaemonSets = &Resource{
+		Name: "daemonsets", Singular: "daemonset", Group: "apps", Version: "v1", Kind: "DaemonSet", Namespaced: true,
+		ShortNames: []string{"ds"}, Categories: []string{"all"}, Subresources: []string{"status"},
+		New:     func() Object { return &appsv1.DaemonSet{} },
+		NewList: func() runtime.Object { return &appsv1.DaemonSetList{} },
+	}
+	ControllerRevisions = &Resource{
+		Name: "controllerrevisions", Singular: "controllerrevision", Group: "apps", Version: "v1",
+		Kind: "ControllerRevision", Namespaced: true,
+		New:     func() Object { return &appsv1.ControllerRevision{} },
+		NewList: func() runtime.Object { return &appsv1.ControllerRevisionList{} },
+	}
+)
+
+// All returns every served resource, core group first, in a stable order.
+func All() []*Resource {
+	return []*Resource{Namespaces, Nodes, Pods, Events, DaemonSets, ControllerRevisions}
+}
+
+// ByName finds a resource by plural name, singular name, short name or kind
+// (case-sensitive for kind, lower-case otherwise). It returns nil when none matches.
+func ByName(name string) *Resource {
+	for _, r := range All() {
+		if r.Name == name || r.Singular == name || r.Kind == name {
+			return r
+		}
+		for _, s := range r.ShortNames {
+			if s == name {
+				return r
+			}
+		}
+	}
+	return nil
+}
+
+// ByGVK finds the resource serving the given apiVersion and kind, or nil.
+func ByGVK(gvk schema.GroupVersionKind) *Resource {
+	for _, r := range All() {
+		if r.GVK() == gvk {
+			return r
+		}
+	}
+	return nil
+}
+
+// ForObject finds the resource of a typed object by its Go type, or nil.
+func ForObject(obj runtime.Object) *Resource {
+	switch obj.(type) {
+	case *corev1.Namespace:
+		return Namespaces
+	case *corev1.Node:
+		return Nodes
+	case *corev1.Pod:
+		return Pods
+	case *corev1.Event:
+		return Events
+	case *appsv1.DaemonSet:
+		return DaemonSets
+	case *appsv1.ControllerRevision:
+		return ControllerRevisions
+	}
+	return nil
+}
