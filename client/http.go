@@ -1,0 +1,441 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/version"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/everynode/everynode/resources"
+)
+
+// Config says how to reach and authenticate to an everynode API server.
+type Config struct {
+	// Server is the API's base URL ("https://127.0.0.1:6443").
+	Server string
+	// CAPEM holds the PEM certificates trusted for the server; empty means the
+	// system roots.
+	CAPEM []byte
+	// Token is the bearer token sent on every request.
+	Token string
+	// Timeout bounds each non-watch request; 0 means 30s. Watches are bounded
+	// only by their context and ListOptions.TimeoutSeconds.
+	Timeout time.Duration
+	// UserAgent is sent as User-Agent; empty means "everynode".
+	UserAgent string
+	// Logger receives debug lines per request; nil discards them.
+	Logger *slog.Logger
+}
+
+// DefaultTimeout bounds a non-watch request when Config.Timeout is zero: long
+// enough for a busy embedded etcd, short enough that a dead server is reported.
+const DefaultTimeout = 30 * time.Second
+
+// maxErrorBody caps how much of a non-Status error body is quoted in messages.
+const maxErrorBody = 512
+
+// HTTP is the Interface over HTTPS. It is safe for concurrent use.
+type HTTP struct {
+	base    *url.URL
+	token   string
+	timeout time.Duration
+	ua      string
+	log     *slog.Logger
+	hc      *http.Client
+}
+
+var _ Interface = (*HTTP)(nil)
+
+// NewHTTP returns a client for cfg. It does not contact the server.
+func NewHTTP(cfg Config) (*HTTP, error) {
+	if cfg.Server == "" {
+		return nil, errors.New("client: no server URL")
+	}
+	base, err := url.Parse(strings.TrimRight(cfg.Server, "/"))
+	if err != nil {
+		return nil, fmt.Errorf("client: server URL %q: %w", cfg.Server, err)
+	}
+	if base.Scheme != "https" && base.Scheme != "http" {
+		return nil, fmt.Errorf("client: server URL %q: scheme must be https", cfg.Server)
+	}
+	tlsCfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if len(cfg.CAPEM) > 0 {
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(cfg.CAPEM) {
+			return nil, errors.New("client: CA data holds no PEM certificate")
+		}
+		tlsCfg.RootCAs = pool
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = tlsCfg
+	tr.ForceAttemptHTTP2 = true
+	tr.Proxy = nil
+	h := &HTTP{
+		base:    base,
+		token:   cfg.Token,
+		timeout: cfg.Timeout,
+		ua:      cfg.UserAgent,
+		log:     cfg.Logger,
+		hc:      &http.Client{Transport: tr},
+	}
+	if h.timeout <= 0 {
+		h.timeout = DefaultTimeout
+	}
+	if h.ua == "" {
+		h.ua = "everynode"
+	}
+	if h.log == nil {
+		h.log = slog.New(slog.DiscardHandler)
+	}
+	return h, nil
+}
+
+// Close releases idle connections.
+func (h *HTTP) Close() { h.hc.CloseIdleConnections() }
+
+// Server returns the base URL the client talks to.
+func (h *HTTP) Server() string { return h.base.String() }
+
+// Path returns the URL path of a resource collection or object:
+// /api/v1[/namespaces/NS]/RESOURCE[/NAME[/SUBRESOURCE]] for the core group,
+// /apis/GROUP/VERSION/... otherwise. An empty namespace on a namespaced
+// resource addresses all namespaces.
+func Path(r *resources.Resource, namespace, name, subresource string) string {
+	var b strings.Builder
+	if r.Group == "" {
+		b.WriteString("/api/" + r.Version)
+	} else {
+		b.WriteString("/apis/" + r.Group + "/" + r.Version)
+	}
+	if r.Namespaced && namespace != "" {
+		b.WriteString("/namespaces/" + url.PathEscape(namespace))
+	}
+	b.WriteString("/" + r.Name)
+	if name != "" {
+		b.WriteString("/" + url.PathEscape(name))
+		if subresource != "" {
+			b.WriteString("/" + subresource)
+		}
+	}
+	return b.String()
+}
+
+// Get implements Interface.
+func (h *HTTP) Get(ctx context.Context, r *resources.Resource, namespace, name string) (Object, error) {
+	body, err := h.do(ctx, http.MethodGet, Path(r, namespace, name, ""), nil, "", nil)
+	if err != nil {
+		return nil, err
+	}
+	return decodeObject(r, body)
+}
+
+// List implements Interface.
+func (h *HTTP) List(ctx context.Context, r *resources.Resource, namespace string, opts ListOptions) ([]Object, string, error) {
+	q := url.Values{}
+	if opts.LabelSelector != "" {
+		q.Set("labelSelector", opts.LabelSelector)
+	}
+	if opts.FieldSelector != "" {
+		q.Set("fieldSelector", opts.FieldSelector)
+	}
+	body, err := h.do(ctx, http.MethodGet, Path(r, namespace, "", ""), q, "", nil)
+	if err != nil {
+		return nil, "", err
+	}
+	list := r.NewList()
+	if err := json.Unmarshal(body, list); err != nil {
+		return nil, "", fmt.Errorf("client: decode %s list: %w", r.Name, err)
+	}
+	items, err := meta.ExtractList(list)
+	if err != nil {
+		return nil, "", fmt.Errorf("client: %s list: %w", r.Name, err)
+	}
+	out := make([]Object, 0, len(items))
+	for _, it := range items {
+		obj, ok := it.(Object)
+		if !ok {
+			return nil, "", fmt.Errorf("client: %s list item is %T", r.Name, it)
+		}
+		r.SetTypeMeta(obj)
+		out = append(out, obj)
+	}
+	la, err := meta.ListAccessor(list)
+	if err != nil {
+		return nil, "", fmt.Errorf("client: %s list: %w", r.Name, err)
+	}
+	return out, la.GetResourceVersion(), nil
+}
+
+// Create implements Interface. A namespaced object without a namespace goes
+// to "default", as with kubectl.
+func (h *HTTP) Create(ctx context.Context, obj Object, opts WriteOptions) (Object, error) {
+	r, data, err := encodeObject(obj)
+	if err != nil {
+		return nil, err
+	}
+	body, err := h.do(ctx, http.MethodPost, Path(r, namespaceOf(r, obj), "", ""), opts.query(), "application/json", data)
+	if err != nil {
+		return nil, err
+	}
+	return decodeObject(r, body)
+}
+
+// Update implements Interface.
+func (h *HTTP) Update(ctx context.Context, obj Object, opts WriteOptions) (Object, error) {
+	return h.put(ctx, obj, opts, "")
+}
+
+// UpdateStatus implements Interface.
+func (h *HTTP) UpdateStatus(ctx context.Context, obj Object, opts WriteOptions) (Object, error) {
+	return h.put(ctx, obj, opts, "status")
+}
+
+func (h *HTTP) put(ctx context.Context, obj Object, opts WriteOptions, sub string) (Object, error) {
+	r, data, err := encodeObject(obj)
+	if err != nil {
+		return nil, err
+	}
+	if obj.GetName() == "" {
+		return nil, apierrors.NewBadRequest("client: update needs a name")
+	}
+	body, err := h.do(ctx, http.MethodPut, Path(r, namespaceOf(r, obj), obj.GetName(), sub), opts.query(), "application/json", data)
+	if err != nil {
+		return nil, err
+	}
+	return decodeObject(r, body)
+}
+
+// Patch implements Interface.
+func (h *HTTP) Patch(ctx context.Context, r *resources.Resource, namespace, name string, pt types.PatchType, data []byte, opts WriteOptions, subresource string) (Object, error) {
+	body, err := h.do(ctx, http.MethodPatch, Path(r, namespace, name, subresource), opts.query(), string(pt), data)
+	if err != nil {
+		return nil, err
+	}
+	return decodeObject(r, body)
+}
+
+// Delete implements Interface. When the server answers with a success Status
+// instead of the object, Delete returns (nil, nil).
+func (h *HTTP) Delete(ctx context.Context, r *resources.Resource, namespace, name string, opts metav1.DeleteOptions) (Object, error) {
+	opts.TypeMeta = metav1.TypeMeta{Kind: "DeleteOptions", APIVersion: "v1"}
+	data, err := json.Marshal(&opts)
+	if err != nil {
+		return nil, fmt.Errorf("client: encode delete options: %w", err)
+	}
+	q := url.Values{}
+	if len(opts.DryRun) > 0 {
+		q.Set("dryRun", "All")
+	}
+	body, err := h.do(ctx, http.MethodDelete, Path(r, namespace, name, ""), q, "application/json", data)
+	if err != nil {
+		return nil, err
+	}
+	var tm metav1.TypeMeta
+	if json.Unmarshal(body, &tm) == nil && tm.Kind == "Status" {
+		return nil, nil
+	}
+	return decodeObject(r, body)
+}
+
+// ServerVersion reads /version.
+func (h *HTTP) ServerVersion(ctx context.Context) (*version.Info, error) {
+	body, err := h.do(ctx, http.MethodGet, "/version", nil, "", nil)
+	if err != nil {
+		return nil, err
+	}
+	var info version.Info
+	if err := json.Unmarshal(body, &info); err != nil {
+		return nil, fmt.Errorf("client: decode /version: %w", err)
+	}
+	return &info, nil
+}
+
+// RawGet GETs a path (such as "/readyz") and returns the body of a 2xx answer.
+func (h *HTTP) RawGet(ctx context.Context, path string) ([]byte, error) {
+	return h.do(ctx, http.MethodGet, path, nil, "", nil)
+}
+
+func (o WriteOptions) query() url.Values {
+	q := url.Values{}
+	if o.DryRun {
+		q.Set("dryRun", "All")
+	}
+	if o.FieldManager != "" {
+		q.Set("fieldManager", o.FieldManager)
+	}
+	return q
+}
+
+func namespaceOf(r *resources.Resource, obj Object) string {
+	if !r.Namespaced {
+		return ""
+	}
+	if ns := obj.GetNamespace(); ns != "" {
+		return ns
+	}
+	return metav1.NamespaceDefault
+}
+
+// encodeObject marshals a copy of obj with apiVersion and kind set.
+func encodeObject(obj Object) (*resources.Resource, []byte, error) {
+	r := resources.ForObject(obj)
+	if r == nil {
+		return nil, nil, fmt.Errorf("client: %T is not a served resource", obj)
+	}
+	cp := obj.DeepCopyObject()
+	r.SetTypeMeta(cp)
+	data, err := json.Marshal(cp)
+	if err != nil {
+		return nil, nil, fmt.Errorf("client: encode %s: %w", r.Kind, err)
+	}
+	return r, data, nil
+}
+
+func decodeObject(r *resources.Resource, body []byte) (Object, error) {
+	obj := r.New()
+	if err := json.Unmarshal(body, obj); err != nil {
+		return nil, fmt.Errorf("client: decode %s: %w", r.Kind, err)
+	}
+	r.SetTypeMeta(obj)
+	return obj, nil
+}
+
+func (h *HTTP) newRequest(ctx context.Context, method, path string, q url.Values, contentType string, body []byte) (*http.Request, string, error) {
+	u := *h.base
+	u.Path = strings.TrimRight(h.base.Path, "/") + path
+	u.RawQuery = q.Encode()
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), rd)
+	if err != nil {
+		return nil, "", fmt.Errorf("client: %s %s: %w", method, u.String(), err)
+	}
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("User-Agent", h.ua)
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	if h.token != "" {
+		req.Header.Set("Authorization", "Bearer "+h.token)
+	}
+	return req, u.String(), nil
+}
+
+// do sends one bounded request and returns the body of a 2xx answer; any other
+// answer becomes a *apierrors.StatusError.
+func (h *HTTP) do(ctx context.Context, method, path string, q url.Values, contentType string, body []byte) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, h.timeout)
+	defer cancel()
+	req, u, err := h.newRequest(ctx, method, path, q, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	resp, err := h.hc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("client: %s %s: %w", method, u, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	h.log.Debug("request", "method", method, "url", u, "code", resp.StatusCode, "took", time.Since(start))
+	if err != nil {
+		return nil, fmt.Errorf("client: %s %s: read body: %w", method, u, err)
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return nil, statusError(method, u, resp.StatusCode, data)
+	}
+	return data, nil
+}
+
+// statusError turns a failed answer into a *apierrors.StatusError: the
+// server's own Status when the body is one, else one built from the HTTP code
+// with a message naming the request.
+func statusError(method, u string, code int, body []byte) error {
+	var st metav1.Status
+	if json.Unmarshal(body, &st) == nil && st.Kind == "Status" && (st.Status != "" || st.Code != 0 || st.Reason != "") {
+		if st.Code == 0 {
+			st.Code = int32(code)
+		}
+		if st.Status == "" {
+			st.Status = metav1.StatusFailure
+		}
+		return &apierrors.StatusError{ErrStatus: st}
+	}
+	// NewGenericServerResponse picks the Reason matching the code.
+	reason := apierrors.NewGenericServerResponse(code, method, schema.GroupResource{}, "", "", 0, false).ErrStatus.Reason
+	msg := strings.TrimSpace(string(body))
+	if len(msg) > maxErrorBody {
+		msg = msg[:maxErrorBody] + "…"
+	}
+	text := fmt.Sprintf("%s %s: %d %s", method, u, code, http.StatusText(code))
+	if msg != "" {
+		text += ": " + msg
+	}
+	return &apierrors.StatusError{ErrStatus: metav1.Status{
+		TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
+		Status:   metav1.StatusFailure,
+		Code:     int32(code),
+		Reason:   reason,
+		Message:  text,
+	}}
+}
+
+// watchQuery builds the query of a watch request.
+func watchQuery(opts ListOptions) url.Values {
+	q := url.Values{"watch": {"true"}}
+	if opts.LabelSelector != "" {
+		q.Set("labelSelector", opts.LabelSelector)
+	}
+	if opts.FieldSelector != "" {
+		q.Set("fieldSelector", opts.FieldSelector)
+	}
+	if opts.ResourceVersion != "" {
+		q.Set("resourceVersion", opts.ResourceVersion)
+	}
+	if opts.TimeoutSeconds > 0 {
+		q.Set("timeoutSeconds", strconv.FormatInt(opts.TimeoutSeconds, 10))
+	}
+	return q
+}
+
+// Watch implements Interface.
+func (h *HTTP) Watch(ctx context.Context, r *resources.Resource, namespace string, opts ListOptions) (watch.Interface, error) {
+	wctx, cancel := context.WithCancel(ctx)
+	req, u, err := h.newRequest(wctx, http.MethodGet, Path(r, namespace, "", ""), watchQuery(opts), "", nil)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	resp, err := h.hc.Do(req)
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("client: watch %s: %w", u, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		resp.Body.Close()
+		cancel()
+		return nil, statusError(http.MethodGet, u, resp.StatusCode, data)
+	}
+	return newStreamWatcher(r, resp.Body, cancel, h.log.With("watch", u)), nil
+}
