@@ -1,0 +1,147 @@
+package strategy
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/everynode/everynode/resources"
+	jsonpatch "gopkg.in/evanphx/json-patch.v4"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/mergepatch"
+	"k8s.io/apimachinery/pkg/util/strategicpatch"
+)
+
+// Limits on JSON patches, as the Kubernetes API server applies them.
+const (
+	// MaxJSONPatchOperations is the most operations one JSON patch may carry.
+	MaxJSONPatchOperations = 10000
+	// maxPatchedSize bounds the document a JSON patch may grow (copy ops
+	// can double it each time): three times the 3 MiB request body limit.
+	maxPatchedSize = 3 * 3 << 20
+)
+
+// ApplyPatch returns a new object: cur with the patch applied, decoded into
+// r's type. cur is not modified.
+//
+//   - types.StrategicMergePatchType: strategicpatch.StrategicMergePatch with
+//     r's Go type as schema, so $setElementOrder, $patch, $retainKeys,
+//     $deleteFromPrimitiveList and atomic lists (node taints) behave as in Kubernetes;
+//   - types.MergePatchType: RFC 7386 JSON merge patch (evanphx/json-patch v4);
+//   - types.JSONPatchType: RFC 6902 JSON patch (evanphx/json-patch v4).
+//
+// Errors are *apierrors.StatusError: 415 for any other patch type, 400 for a
+// malformed patch, a patch changing apiVersion or kind, or a result that does
+// not decode into r's type (a string where an int belongs), 422 for a JSON
+// patch whose operations do not apply (a missing path, a failed test).
+// Unknown fields in the result are dropped, as with fieldValidation=Ignore;
+// ApplyPatchStrict rejects them instead.
+func ApplyPatch(r *resources.Resource, cur resources.Object, pt types.PatchType, patch []byte) (resources.Object, error) {
+	return applyPatch(r, cur, pt, patch, false)
+}
+
+// ApplyPatchStrict is ApplyPatch for fieldValidation=Strict: unknown or
+// duplicate fields in the patched document are a 400 BadRequest with the
+// message `strict decoding error: unknown field "spec.foo"`.
+func ApplyPatchStrict(r *resources.Resource, cur resources.Object, pt types.PatchType, patch []byte) (resources.Object, error) {
+	return applyPatch(r, cur, pt, patch, true)
+}
+
+func applyPatch(r *resources.Resource, cur resources.Object, pt types.PatchType, patch []byte, strict bool) (resources.Object, error) {
+	switch pt {
+	case types.StrategicMergePatchType, types.MergePatchType, types.JSONPatchType:
+	default:
+		return nil, unsupportedMediaType(fmt.Sprintf("the body of the request was in an unknown format - accepted media types include: %s, %s, %s",
+			types.JSONPatchType, types.MergePatchType, types.StrategicMergePatchType))
+	}
+	c, ok := cur.DeepCopyObject().(resources.Object)
+	if !ok {
+		return nil, apierrors.NewInternalError(fmt.Errorf("strategy: patch: %T is not an object", cur))
+	}
+	r.SetTypeMeta(c)
+	curJSON, err := json.Marshal(c)
+	if err != nil {
+		return nil, apierrors.NewInternalError(fmt.Errorf("strategy: patch: encode current %s: %w", r.Kind, err))
+	}
+
+	var patched []byte
+	switch pt {
+	case types.StrategicMergePatchType:
+		patched, err = strategicpatch.StrategicMergePatch(curJSON, patch, r.New())
+		if err != nil {
+			return nil, strategicPatchError(err)
+		}
+	case types.MergePatchType:
+		patched, err = jsonpatch.MergePatch(curJSON, patch)
+		if err != nil {
+			return nil, apierrors.NewBadRequest(err.Error())
+		}
+	case types.JSONPatchType:
+		patched, err = applyJSONPatch(curJSON, patch)
+		if err != nil {
+			return nil, err
+		}
+	}
+	obj, err := decodeJSON(r, patched, strict)
+	if err != nil {
+		return nil, asStatus(err)
+	}
+	return obj, nil
+}
+
+// strategicPatchError maps strategic merge patch errors as the Kubernetes API
+// server does (interpretStrategicMergePatchError); anything else in the patch
+// is also the client's fault, so 400 rather than 500.
+func strategicPatchError(err error) error {
+	switch {
+	case errors.Is(err, mergepatch.ErrNoListOfLists), errors.Is(err, mergepatch.ErrPatchContentNotMatchRetainKeys):
+		return unprocessable(err.Error())
+	default:
+		return apierrors.NewBadRequest(err.Error())
+	}
+}
+
+// applyJSONPatch decodes and applies an RFC 6902 patch. Patches with copy
+// operations are applied one operation at a time so the document cannot grow
+// past maxPatchedSize (the library's own limit is a package variable).
+func applyJSONPatch(doc, patch []byte) ([]byte, error) {
+	ops, err := jsonpatch.DecodePatch(patch)
+	if err != nil {
+		return nil, apierrors.NewBadRequest(err.Error())
+	}
+	if len(ops) > MaxJSONPatchOperations {
+		return nil, apierrors.NewRequestEntityTooLargeError(
+			fmt.Sprintf("The allowed maximum operations in a JSON patch is %d, got %d", MaxJSONPatchOperations, len(ops)))
+	}
+	hasCopy := false
+	for _, op := range ops {
+		hasCopy = hasCopy || op.Kind() == "copy"
+	}
+	if !hasCopy {
+		out, err := ops.Apply(doc)
+		if err != nil {
+			return nil, unprocessable(err.Error())
+		}
+		return out, nil
+	}
+	for _, op := range ops {
+		doc, err = jsonpatch.Patch{op}.Apply(doc)
+		if err != nil {
+			return nil, unprocessable(err.Error())
+		}
+		if len(doc) > maxPatchedSize {
+			return nil, apierrors.NewRequestEntityTooLargeError(
+				fmt.Sprintf("the patched object is larger than %d bytes", maxPatchedSize))
+		}
+	}
+	return doc, nil
+}
+
+// unprocessable is a 422 without field causes, as Kubernetes returns for
+// patches that cannot be applied.
+func unprocessable(msg string) error {
+	return statusError(http.StatusUnprocessableEntity, metav1.StatusReasonInvalid, msg)
+}
