@@ -1,0 +1,236 @@
+package apiserver
+
+import (
+	"context"
+	"encoding/json"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/everynode/everynode/resources"
+	"github.com/everynode/everynode/store"
+)
+
+// minWatchTimeout is the lower end of the lifetime given to a watch that asks
+// for no timeoutSeconds; like Kubernetes, each gets a random value in
+// [minWatchTimeout, 2*minWatchTimeout) so reconnects spread out.
+const minWatchTimeout = 30 * time.Minute
+
+// initialEventsEndAnnotation marks the bookmark that ends the initial events
+// of a sendInitialEvents watch.
+const initialEventsEndAnnotation = "k8s.io/initial-events-end"
+
+// watchOptions are the parsed parameters of one watch.
+type watchOptions struct {
+	rv       int64
+	sel      store.Selector
+	timeout  time.Duration // 0: a random long lifetime
+	initial  bool          // sendInitialEvents: list first, then a bookmark
+	bookmark bool          // allowWatchBookmarks
+	copy     bool          // deep-copy event objects (for in-process callers)
+}
+
+// watchObjects opens a watch. The returned watcher's channel closes when the
+// store watch ends, ctx ends, the server stops, the timeout passes or Stop is
+// called. A resourceVersion too old to serve yields a single ERROR event with a
+// 410 Status, as Kubernetes does.
+func (s *Server) watchObjects(ctx context.Context, c call, o watchOptions) (watch.Interface, error) {
+	if err := s.authorize(ctx, c, "watch"); err != nil {
+		return nil, err
+	}
+	var prefix []watch.Event
+	rv := o.rv
+	if o.initial {
+		items, listRV, err := s.store.List(ctx, c.r, c.namespace, o.sel)
+		if err != nil {
+			return nil, err
+		}
+		for _, it := range items {
+			prefix = append(prefix, watch.Event{Type: watch.Added, Object: it})
+		}
+		if o.bookmark {
+			bm := c.r.New()
+			c.r.SetTypeMeta(bm)
+			bm.SetResourceVersion(strconv.FormatInt(listRV, 10))
+			bm.SetAnnotations(map[string]string{initialEventsEndAnnotation: "true"})
+			prefix = append(prefix, watch.Event{Type: watch.Bookmark, Object: bm})
+		}
+		rv = listRV
+	}
+	src, err := s.store.Watch(ctx, c.r, c.namespace, rv, o.sel)
+	if store.IsGone(err) {
+		st := s.statusError(err).ErrStatus
+		prefix, src = []watch.Event{{Type: watch.Error, Object: &st}}, nil
+	} else if err != nil {
+		return nil, err
+	}
+	timeout := o.timeout
+	if timeout == 0 {
+		timeout = minWatchTimeout + rand.N(minWatchTimeout)
+	}
+	p := &proxyWatcher{result: make(chan watch.Event), stop: make(chan struct{})}
+	s.metrics.watchStarted()
+	go p.run(ctx, s.ctx, c.r, src, prefix, timeout, o.copy, s.metrics.watchEnded)
+	return p, nil
+}
+
+// proxyWatcher forwards store events to one consumer, stamping apiVersion and
+// kind, until any of its ending conditions.
+type proxyWatcher struct {
+	result   chan watch.Event
+	stop     chan struct{}
+	stopOnce sync.Once
+}
+
+func (p *proxyWatcher) ResultChan() <-chan watch.Event { return p.result }
+
+// Stop ends the watch; it is idempotent.
+func (p *proxyWatcher) Stop() { p.stopOnce.Do(func() { close(p.stop) }) }
+
+func (p *proxyWatcher) run(ctx, serverCtx context.Context, r *resources.Resource, src watch.Interface,
+	prefix []watch.Event, timeout time.Duration, deepCopy bool, done func()) {
+	defer done()
+	defer close(p.result)
+	if src != nil {
+		defer src.Stop()
+	}
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	send := func(ev watch.Event) bool {
+		select {
+		case p.result <- prepareEvent(r, ev, deepCopy):
+			return true
+		case <-p.stop:
+		case <-ctx.Done():
+		case <-serverCtx.Done():
+		case <-timer.C:
+		}
+		return false
+	}
+	for _, ev := range prefix {
+		if !send(ev) {
+			return
+		}
+	}
+	if src == nil {
+		return
+	}
+	for {
+		select {
+		case ev, ok := <-src.ResultChan():
+			if !ok || !send(ev) {
+				return
+			}
+		case <-p.stop:
+			return
+		case <-ctx.Done():
+			return
+		case <-serverCtx.Done():
+			return
+		case <-timer.C:
+			return
+		}
+	}
+}
+
+// prepareEvent makes an event's object safe to hand out: apiVersion and kind
+// set, and a private copy when deepCopy is set (store objects are shared).
+func prepareEvent(r *resources.Resource, ev watch.Event, deepCopy bool) watch.Event {
+	switch obj := ev.Object.(type) {
+	case resources.Object:
+		if deepCopy {
+			c := obj.DeepCopyObject().(resources.Object)
+			r.SetTypeMeta(c)
+			ev.Object = c
+		} else {
+			ev.Object = withTypeMeta(r, obj)
+		}
+	case *metav1.Status:
+		st := *obj
+		st.TypeMeta = metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}
+		ev.Object = &st
+	default:
+		if ev.Type == watch.Error {
+			st := apierrors.NewInternalError(errUnexpectedWatchObject{obj}).ErrStatus
+			st.TypeMeta = metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}
+			ev.Object = &st
+		}
+	}
+	return ev
+}
+
+type errUnexpectedWatchObject struct{ obj runtime.Object }
+
+func (e errUnexpectedWatchObject) Error() string {
+	if e.obj == nil {
+		return "watch error without details"
+	}
+	return "unexpected watch error object " + e.obj.GetObjectKind().GroupVersionKind().String()
+}
+
+// watchEvent is the wire form of one event: {"type":..,"object":..}.
+type watchEvent struct {
+	Type   watch.EventType `json:"type"`
+	Object runtime.Object  `json:"object"`
+}
+
+// parseWatchOptions reads the watch query parameters.
+func parseWatchOptions(r *resources.Resource, req *http.Request) (watchOptions, error) {
+	q := req.URL.Query()
+	var o watchOptions
+	var err error
+	if o.rv, err = parseResourceVersion(q.Get("resourceVersion")); err != nil {
+		return o, err
+	}
+	if o.timeout, err = parseTimeoutSeconds(q.Get("timeoutSeconds")); err != nil {
+		return o, err
+	}
+	if o.sel, err = parseSelector(r, q.Get("labelSelector"), q.Get("fieldSelector")); err != nil {
+		return o, err
+	}
+	o.initial = queryBool(q, "sendInitialEvents")
+	o.bookmark = queryBool(q, "allowWatchBookmarks")
+	return o, nil
+}
+
+// serveWatch streams events as newline-separated JSON, flushing the headers at
+// once and after every event.
+func (s *Server) serveWatch(w http.ResponseWriter, req *http.Request, c call) error {
+	o, err := parseWatchOptions(c.r, req)
+	if err != nil {
+		return err
+	}
+	wi, err := s.watchObjects(req.Context(), c, o)
+	if err != nil {
+		return err
+	}
+	defer wi.Stop()
+	rc := http.NewResponseController(w)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-cache, private")
+	w.WriteHeader(http.StatusOK)
+	if err := rc.Flush(); err != nil {
+		s.log.Debug("watch: flush headers", "err", err)
+		return nil
+	}
+	enc := json.NewEncoder(w)
+	for ev := range wi.ResultChan() {
+		if ev.Type == watch.Bookmark && !o.bookmark {
+			continue
+		}
+		if err := enc.Encode(watchEvent{Type: ev.Type, Object: ev.Object}); err != nil {
+			return nil // the client went away
+		}
+		if err := rc.Flush(); err != nil {
+			return nil
+		}
+	}
+	return nil
+}
