@@ -1,0 +1,105 @@
+package store
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/everynode/everynode/resources"
+)
+
+// keyRoot is the etcd key prefix of every stored object, as in Kubernetes.
+const keyRoot = "/registry/"
+
+// prefixOf returns the etcd key prefix of all objects of r ("/registry/pods/").
+func prefixOf(r *resources.Resource) string { return keyRoot + r.Name + "/" }
+
+// keyOf returns the etcd key of one object after checking that namespace and
+// name are usable as key segments.
+func keyOf(r *resources.Resource, namespace, name string) (string, error) {
+	if name == "" {
+		return "", newError(Invalid, r, namespace, name, errors.New("name is required"))
+	}
+	if err := checkSegment(name); err != nil {
+		return "", newError(Invalid, r, namespace, name, fmt.Errorf("name: %w", err))
+	}
+	if !r.Namespaced {
+		if namespace != "" {
+			return "", newError(Invalid, r, namespace, name, errors.New("cluster-scoped object must not have a namespace"))
+		}
+		return prefixOf(r) + name, nil
+	}
+	if namespace == "" {
+		return "", newError(Invalid, r, namespace, name, errors.New("namespace is required"))
+	}
+	if err := checkSegment(namespace); err != nil {
+		return "", newError(Invalid, r, namespace, name, fmt.Errorf("namespace: %w", err))
+	}
+	return prefixOf(r) + namespace + "/" + name, nil
+}
+
+// checkSegment rejects strings that would escape their place in the key.
+func checkSegment(s string) error {
+	if s == "." || s == ".." || strings.ContainsAny(s, "/\x00") {
+		return fmt.Errorf("%q may not be '.', '..' or contain '/'", s)
+	}
+	return nil
+}
+
+// encode returns the JSON stored for obj: a copy with apiVersion and kind set
+// and resourceVersion cleared (the revision lives in etcd, not in the value).
+// It also returns that copy so the caller can hand it back with the new
+// revision without copying again.
+func encode(r *resources.Resource, obj resources.Object) ([]byte, resources.Object, error) {
+	cp, ok := obj.DeepCopyObject().(resources.Object)
+	if !ok {
+		return nil, nil, newError(Invalid, r, obj.GetNamespace(), obj.GetName(), fmt.Errorf("%T is not a resources.Object", obj))
+	}
+	r.SetTypeMeta(cp)
+	cp.SetResourceVersion("")
+	data, err := json.Marshal(cp)
+	if err != nil {
+		return nil, nil, newError(Invalid, r, obj.GetNamespace(), obj.GetName(), fmt.Errorf("encode: %w", err))
+	}
+	return data, cp, nil
+}
+
+// decode parses a stored value into a new typed object carrying rev as its
+// resourceVersion.
+func decode(r *resources.Resource, data []byte, rev int64) (resources.Object, error) {
+	obj := r.New()
+	if err := json.Unmarshal(data, obj); err != nil {
+		return nil, fmt.Errorf("decode %s: %w", r.Name, err)
+	}
+	r.SetTypeMeta(obj)
+	obj.SetResourceVersion(formatRV(rev))
+	return obj, nil
+}
+
+// formatRV renders a revision as a resourceVersion string.
+func formatRV(rev int64) string { return strconv.FormatInt(rev, 10) }
+
+// parseRV parses a resourceVersion; "" is 0.
+func parseRV(rv string) (int64, error) {
+	if rv == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(rv, 10, 64)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("resourceVersion %q is not a non-negative integer", rv)
+	}
+	return n, nil
+}
+
+// checkType rejects objects whose Go type is not the resource's.
+func checkType(r *resources.Resource, obj resources.Object) error {
+	if obj == nil {
+		return newError(Invalid, r, "", "", errors.New("object is nil"))
+	}
+	if got := resources.ForObject(obj); got != r {
+		return newError(Invalid, r, obj.GetNamespace(), obj.GetName(), fmt.Errorf("object of type %T stored as %s", obj, r.Name))
+	}
+	return nil
+}

@@ -1,0 +1,242 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/everynode/everynode/resources"
+)
+
+// Create stores a new object and returns it with its resourceVersion.
+// obj.ResourceVersion must be empty; obj is not modified. An object under the
+// same key yields AlreadyExists.
+func (s *Store) Create(ctx context.Context, r *resources.Resource, obj resources.Object) (resources.Object, error) {
+	if err := checkType(r, obj); err != nil {
+		return nil, err
+	}
+	ns, name := obj.GetNamespace(), obj.GetName()
+	key, err := keyOf(r, ns, name)
+	if err != nil {
+		return nil, err
+	}
+	if obj.GetResourceVersion() != "" {
+		return nil, newError(Invalid, r, ns, name, errors.New("resourceVersion should not be set on objects to be created"))
+	}
+	data, out, err := encode(r, obj)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := s.client.Txn(ctx).
+		If(clientv3.Compare(clientv3.ModRevision(key), "=", 0)).
+		Then(clientv3.OpPut(key, string(data))).
+		Commit()
+	if err != nil {
+		return nil, newError(Internal, r, ns, name, fmt.Errorf("store: create %s: %w", key, err))
+	}
+	if !resp.Succeeded {
+		return nil, newError(AlreadyExists, r, ns, name, nil)
+	}
+	out.SetResourceVersion(formatRV(resp.Header.Revision))
+	return out, nil
+}
+
+// Get reads one object from etcd (a linearizable read, not the cache). The
+// caller owns the returned object.
+func (s *Store) Get(ctx context.Context, r *resources.Resource, namespace, name string) (resources.Object, error) {
+	key, err := keyOf(r, namespace, name)
+	if err != nil {
+		return nil, err
+	}
+	obj, _, err := s.get(ctx, r, key, namespace, name)
+	return obj, err
+}
+
+// get reads and decodes key, returning the object and its stored bytes.
+func (s *Store) get(ctx context.Context, r *resources.Resource, key, namespace, name string) (resources.Object, []byte, error) {
+	resp, err := s.client.Get(ctx, key)
+	if err != nil {
+		return nil, nil, newError(Internal, r, namespace, name, fmt.Errorf("store: get %s: %w", key, err))
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, nil, newError(NotFound, r, namespace, name, nil)
+	}
+	kv := resp.Kvs[0]
+	obj, err := decode(r, kv.Value, kv.ModRevision)
+	if err != nil {
+		return nil, nil, newError(Internal, r, namespace, name, fmt.Errorf("store: get %s: %w", key, err))
+	}
+	return obj, kv.Value, nil
+}
+
+// Update replaces an object if obj.ResourceVersion equals its stored
+// revision (Conflict otherwise; Invalid if empty; NotFound if it does not
+// exist) and returns it with the new resourceVersion. obj is not modified.
+func (s *Store) Update(ctx context.Context, r *resources.Resource, obj resources.Object) (resources.Object, error) {
+	if err := checkType(r, obj); err != nil {
+		return nil, err
+	}
+	ns, name := obj.GetNamespace(), obj.GetName()
+	key, err := keyOf(r, ns, name)
+	if err != nil {
+		return nil, err
+	}
+	rv, err := parseRV(obj.GetResourceVersion())
+	if err != nil {
+		return nil, newError(Invalid, r, ns, name, err)
+	}
+	if rv == 0 {
+		return nil, newError(Invalid, r, ns, name, errors.New("metadata.resourceVersion must be specified for an update"))
+	}
+	data, out, err := encode(r, obj)
+	if err != nil {
+		return nil, err
+	}
+	newRV, _, err := s.casPut(ctx, r, key, ns, name, rv, data)
+	if err != nil {
+		return nil, err
+	}
+	out.SetResourceVersion(formatRV(newRV))
+	return out, nil
+}
+
+// casPut writes data under key if its mod revision is rev. On a mismatch it
+// returns a Conflict error together with the current kv (nil if the key is
+// gone, in which case the error is NotFound).
+func (s *Store) casPut(ctx context.Context, r *resources.Resource, key, ns, name string, rev int64, data []byte) (int64, *kvState, error) {
+	resp, err := s.client.Txn(ctx).
+		If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
+		Then(clientv3.OpPut(key, string(data))).
+		Else(clientv3.OpGet(key)).
+		Commit()
+	if err != nil {
+		return 0, nil, newError(Internal, r, ns, name, fmt.Errorf("store: update %s: %w", key, err))
+	}
+	if resp.Succeeded {
+		return resp.Header.Revision, nil, nil
+	}
+	kvs := resp.Responses[0].GetResponseRange().GetKvs()
+	if len(kvs) == 0 {
+		return 0, nil, newError(NotFound, r, ns, name, nil)
+	}
+	return 0, &kvState{value: kvs[0].Value, rev: kvs[0].ModRevision}, newError(Conflict, r, ns, name, errModified)
+}
+
+// kvState is one stored version of a key.
+type kvState struct {
+	value []byte
+	rev   int64
+}
+
+// GuaranteedUpdate reads the object, calls try with a copy of it and writes
+// try's result if the object has not changed meanwhile; on a concurrent change
+// it re-reads and calls try again. An error from try is returned as is. If
+// try's result encodes to the same bytes as the stored object, nothing is
+// written and the current object (with its unchanged resourceVersion) is
+// returned. The resourceVersion of try's result is ignored: callers that need
+// a precondition check it inside try. try must keep namespace and name.
+func (s *Store) GuaranteedUpdate(ctx context.Context, r *resources.Resource, namespace, name string,
+	try func(cur resources.Object) (resources.Object, error)) (resources.Object, error) {
+	key, err := keyOf(r, namespace, name)
+	if err != nil {
+		return nil, err
+	}
+	cur, curData, err := s.get(ctx, r, key, namespace, name)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil, newError(Internal, r, namespace, name, fmt.Errorf("store: update %s: %w", key, err))
+		}
+		rev, _ := parseRV(cur.GetResourceVersion())
+		in, ok := cur.DeepCopyObject().(resources.Object)
+		if !ok {
+			return nil, newError(Internal, r, namespace, name, fmt.Errorf("store: copy of %T is not an Object", cur))
+		}
+		next, err := try(in)
+		if err != nil {
+			return nil, err
+		}
+		if err := checkType(r, next); err != nil {
+			return nil, err
+		}
+		if next.GetNamespace() != namespace || next.GetName() != name {
+			return nil, newError(Invalid, r, namespace, name, fmt.Errorf("update changed the object's key to %s/%s", next.GetNamespace(), next.GetName()))
+		}
+		data, out, err := encode(r, next)
+		if err != nil {
+			return nil, err
+		}
+		if bytes.Equal(data, curData) {
+			return cur, nil
+		}
+		newRV, latest, err := s.casPut(ctx, r, key, namespace, name, rev, data)
+		if err == nil {
+			out.SetResourceVersion(formatRV(newRV))
+			return out, nil
+		}
+		if latest == nil {
+			return nil, err
+		}
+		if cur, err = decode(r, latest.value, latest.rev); err != nil {
+			return nil, newError(Internal, r, namespace, name, fmt.Errorf("store: update %s: %w", key, err))
+		}
+		curData = latest.value
+	}
+}
+
+// Delete removes an object if the preconditions hold (Conflict otherwise) and
+// returns its last state with the deletion's resourceVersion, as Kubernetes
+// does, so a watch can resume right after the delete.
+func (s *Store) Delete(ctx context.Context, r *resources.Resource, namespace, name string, pre *Preconditions) (resources.Object, error) {
+	key, err := keyOf(r, namespace, name)
+	if err != nil {
+		return nil, err
+	}
+	var preRV int64
+	if pre != nil {
+		if preRV, err = parseRV(pre.ResourceVersion); err != nil {
+			return nil, newError(Invalid, r, namespace, name, fmt.Errorf("precondition: %w", err))
+		}
+	}
+	cur, _, err := s.get(ctx, r, key, namespace, name)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		if pre != nil {
+			if pre.UID != "" && string(cur.GetUID()) != pre.UID {
+				return nil, newError(Conflict, r, namespace, name,
+					fmt.Errorf("precondition failed: UID in precondition: %s, UID in object meta: %s", pre.UID, cur.GetUID()))
+			}
+			if preRV != 0 && cur.GetResourceVersion() != formatRV(preRV) {
+				return nil, newError(Conflict, r, namespace, name,
+					fmt.Errorf("precondition failed: ResourceVersion in precondition: %d, ResourceVersion in object meta: %s", preRV, cur.GetResourceVersion()))
+			}
+		}
+		rev, _ := parseRV(cur.GetResourceVersion())
+		resp, err := s.client.Txn(ctx).
+			If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
+			Then(clientv3.OpDelete(key)).
+			Else(clientv3.OpGet(key)).
+			Commit()
+		if err != nil {
+			return nil, newError(Internal, r, namespace, name, fmt.Errorf("store: delete %s: %w", key, err))
+		}
+		if resp.Succeeded {
+			cur.SetResourceVersion(formatRV(resp.Header.Revision))
+			return cur, nil
+		}
+		kvs := resp.Responses[0].GetResponseRange().GetKvs()
+		if len(kvs) == 0 {
+			return nil, newError(NotFound, r, namespace, name, nil)
+		}
+		if cur, err = decode(r, kvs[0].Value, kvs[0].ModRevision); err != nil {
+			return nil, newError(Internal, r, namespace, name, fmt.Errorf("store: delete %s: %w", key, err))
+		}
+	}
+}

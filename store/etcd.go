@@ -1,0 +1,153 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"path/filepath"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.etcd.io/etcd/server/v3/etcdserver/api/v3client"
+	"go.uber.org/zap"
+)
+
+const (
+	// etcdStartTimeout bounds how long Open waits for the embedded etcd to
+	// elect itself leader and serve; a healthy single member takes well
+	// under a second, a slow disk replaying a large WAL a few seconds.
+	etcdStartTimeout = 60 * time.Second
+	// etcdMaxRequestBytes is the largest etcd request the embedded server
+	// accepts: above the API server's 3 MiB body limit, so every accepted
+	// body can be stored (etcd's own default is 1.5 MiB).
+	etcdMaxRequestBytes = 4 << 20
+	// dialTimeout bounds connecting to an external etcd cluster.
+	dialTimeout = 10 * time.Second
+)
+
+// embedded is a running embedded etcd server.
+type embedded struct {
+	etcd      *embed.Etcd
+	clientURL string
+	errDone   chan struct{} // closed when the Err() reader has exited
+}
+
+// startEmbedded starts a single-member etcd in dataDir and returns it with an
+// in-process client (no sockets between the store and etcd). The listen URLs
+// stay open for external clients (etcdctl, a second process).
+func startEmbedded(ctx context.Context, cfg Config, lg *slog.Logger, zlg *zap.Logger) (*embedded, *clientv3.Client, error) {
+	clientURL, peerURL := cfg.ClientURL, cfg.PeerURL
+	var err error
+	if clientURL == "" {
+		if clientURL, err = freeLoopbackURL(); err != nil {
+			return nil, nil, err
+		}
+	}
+	if peerURL == "" {
+		if peerURL, err = freeLoopbackURL(); err != nil {
+			return nil, nil, err
+		}
+	}
+	cu, err := url.Parse(clientURL)
+	if err != nil {
+		return nil, nil, fmt.Errorf("store: client URL %q: %w", clientURL, err)
+	}
+	pu, err := url.Parse(peerURL)
+	if err != nil {
+		return nil, nil, fmt.Errorf("store: peer URL %q: %w", peerURL, err)
+	}
+
+	ec := embed.NewConfig()
+	ec.Name = "everynode"
+	ec.Dir = filepath.Join(cfg.DataDir, "etcd")
+	ec.ListenClientUrls, ec.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
+	ec.ListenPeerUrls, ec.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
+	ec.InitialCluster = ec.Name + "=" + pu.String()
+	ec.InitialClusterToken = "everynode"
+	ec.EnableGRPCGateway = false
+	ec.MaxRequestBytes = etcdMaxRequestBytes
+	ec.UnsafeNoFsync = cfg.unsafeNoFsync
+	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zlg)
+
+	e, err := embed.StartEtcd(ec)
+	if err != nil {
+		return nil, nil, fmt.Errorf("store: start embedded etcd in %s: %w", ec.Dir, err)
+	}
+	timer := time.NewTimer(etcdStartTimeout)
+	defer timer.Stop()
+	select {
+	case <-e.Server.ReadyNotify():
+	case err := <-e.Err():
+		e.Close()
+		return nil, nil, fmt.Errorf("store: embedded etcd failed while starting: %w", err)
+	case <-ctx.Done():
+		e.Close()
+		return nil, nil, fmt.Errorf("store: waiting for embedded etcd: %w", ctx.Err())
+	case <-timer.C:
+		e.Close()
+		return nil, nil, fmt.Errorf("store: embedded etcd not ready after %s", etcdStartTimeout)
+	}
+
+	em := &embedded{etcd: e, clientURL: cu.String(), errDone: make(chan struct{})}
+	// Err is closed by e.Close; until then it reports serving failures.
+	go func() {
+		defer close(em.errDone)
+		for err := range e.Err() {
+			if err != nil {
+				lg.Error("embedded etcd serving failed", "err", err)
+			}
+		}
+	}()
+	return em, v3client.New(e.Server), nil
+}
+
+// stop shuts the server down and waits for its error reader.
+func (em *embedded) stop() {
+	em.etcd.Close()
+	<-em.errDone
+}
+
+// openExternal connects to an existing etcd cluster and checks that it answers.
+func openExternal(ctx context.Context, endpoints []string, zlg *zap.Logger) (*clientv3.Client, error) {
+	c, err := clientv3.New(clientv3.Config{
+		Endpoints:   endpoints,
+		DialTimeout: dialTimeout,
+		Logger:      zlg,
+		Context:     context.WithoutCancel(ctx),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: connect to etcd %v: %w", endpoints, err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, dialTimeout)
+	defer cancel()
+	if _, err := c.Get(pctx, "health-check", clientv3.WithCountOnly()); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("store: etcd %v not answering: %w", endpoints, err)
+	}
+	return c, nil
+}
+
+// freeLoopbackURL returns an http URL on a loopback port that was free a
+// moment ago. The port is released before etcd binds it; a collision makes
+// StartEtcd fail with "address already in use" and Open retries.
+func freeLoopbackURL() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("store: find a free port: %w", err)
+	}
+	addr := l.Addr().String()
+	if err := l.Close(); err != nil {
+		return "", fmt.Errorf("store: find a free port: %w", err)
+	}
+	return "http://" + addr, nil
+}
+
+// isAddrInUse reports whether err is a bind failure on a taken port.
+func isAddrInUse(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "listen"
+}

@@ -1,0 +1,226 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/everynode/everynode/resources"
+)
+
+// DefaultCompactInterval is the compaction period when Config.CompactInterval
+// is zero: the Kubernetes API server's default, long enough for any watcher
+// that briefly disconnects to resume without re-listing.
+const DefaultCompactInterval = 5 * time.Minute
+
+// Config configures Open. The zero value except DataDir is a working
+// single-node setup.
+type Config struct {
+	// DataDir holds the embedded etcd's data in DataDir/etcd. Required unless
+	// Endpoints is set.
+	DataDir string
+	// Endpoints, if set, are the client URLs of an external etcd cluster;
+	// nothing is embedded and DataDir, ClientURL and PeerURL are ignored.
+	Endpoints []string
+	// ClientURL and PeerURL are the embedded etcd's listen URLs
+	// ("http://127.0.0.1:2379"). Empty means a free loopback port, chosen at
+	// each start.
+	ClientURL, PeerURL string
+	// CompactInterval is how often etcd history is compacted, to the revision
+	// seen one interval earlier (so at least one interval of history is
+	// always kept). Zero means DefaultCompactInterval; negative disables
+	// periodic compaction.
+	CompactInterval time.Duration
+	// Logger receives the store's and etcd's warnings and errors; nil
+	// discards them.
+	Logger *slog.Logger
+
+	// unsafeNoFsync disables etcd's fsync; tests only.
+	unsafeNoFsync bool
+	// ringSize and watchBuffer override the watch cache sizes; tests only.
+	ringSize, watchBuffer int
+}
+
+const (
+	// defaultRingSize is the number of recent events each resource's watch
+	// cache keeps for resuming watches (the Kubernetes watch cache keeps
+	// between 100 and 100,000 depending on load; 10,000 covers a burst of a
+	// pod update on every node of a large cluster).
+	defaultRingSize = 10000
+	// defaultWatchBuffer is the number of events a watcher may fall behind
+	// before it is closed. Large enough to absorb bursts, small enough that
+	// thousands of idle watchers cost little memory.
+	defaultWatchBuffer = 128
+)
+
+// Store is typed object storage over etcd with one watch cache per resource.
+// Its methods are safe for concurrent use.
+type Store struct {
+	lg       *slog.Logger
+	client   *clientv3.Client
+	embedded *embedded // nil with external endpoints
+	caches   map[string]*cache
+
+	cancel    context.CancelFunc // ends the compactor and the caches' etcd watches
+	wg        sync.WaitGroup     // the compactor
+	closeOnce sync.Once
+	quietEtcd atomic.Bool // set while closing: etcd logs its shutdown as errors
+}
+
+// Open starts (or connects to) etcd, starts a watch cache for every resource
+// in resources.All and returns when every cache holds the current state.
+func Open(ctx context.Context, cfg Config) (*Store, error) {
+	if len(cfg.Endpoints) == 0 && cfg.DataDir == "" {
+		return nil, errors.New("store: Config.DataDir or Config.Endpoints is required")
+	}
+	if cfg.CompactInterval == 0 {
+		cfg.CompactInterval = DefaultCompactInterval
+	}
+	if cfg.ringSize <= 0 {
+		cfg.ringSize = defaultRingSize
+	}
+	if cfg.watchBuffer <= 0 {
+		cfg.watchBuffer = defaultWatchBuffer
+	}
+	lg := cfg.Logger
+	if lg == nil {
+		lg = slog.New(slog.DiscardHandler)
+	}
+	lg = lg.With("component", "store")
+	s := &Store{lg: lg, caches: make(map[string]*cache)}
+	zlg := newZapLogger(lg, &s.quietEtcd)
+	if len(cfg.Endpoints) > 0 {
+		c, err := openExternal(ctx, cfg.Endpoints, zlg)
+		if err != nil {
+			return nil, err
+		}
+		s.client = c
+	} else {
+		// Auto-chosen ports can be taken between probing and binding.
+		auto := cfg.ClientURL == "" || cfg.PeerURL == ""
+		for attempt := 0; ; attempt++ {
+			em, c, err := startEmbedded(ctx, cfg, lg, zlg)
+			if err == nil {
+				s.embedded, s.client = em, c
+				break
+			}
+			if !auto || attempt == 2 || !isAddrInUse(err) {
+				return nil, err
+			}
+		}
+	}
+
+	bg, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	for _, r := range resources.All() {
+		c := newCache(r, s.client, lg, cfg.ringSize, cfg.watchBuffer)
+		if err := c.start(ctx, bg); err != nil {
+			s.Close()
+			return nil, err
+		}
+		s.caches[r.Name] = c
+	}
+	if cfg.CompactInterval > 0 {
+		s.wg.Go(func() { s.compactLoop(bg, cfg.CompactInterval) })
+	}
+	return s, nil
+}
+
+// Close stops, in order: the compactor, every watch cache (closing all
+// watchers' result channels), the etcd client and the embedded etcd. It waits
+// for every goroutine the Store started. It is safe to call more than once
+// and from several goroutines; later calls return nil at once.
+func (s *Store) Close() error {
+	var err error
+	s.closeOnce.Do(func() {
+		if s.cancel != nil {
+			s.cancel()
+		}
+		s.wg.Wait()
+		for _, c := range s.caches {
+			c.stop()
+		}
+		if cerr := s.client.Close(); cerr != nil && !errors.Is(cerr, context.Canceled) {
+			err = fmt.Errorf("store: close etcd client: %w", cerr)
+		}
+		if s.embedded != nil {
+			s.quietEtcd.Store(true)
+			s.embedded.stop()
+		}
+	})
+	return err
+}
+
+// Client returns the raw etcd client, for leader election and benchmarks.
+// Writes through it under /registry/ bypass the store's encoding and are
+// seen by the watch caches like any other write.
+func (s *Store) Client() *clientv3.Client { return s.client }
+
+// cacheFor returns r's watch cache.
+func (s *Store) cacheFor(r *resources.Resource) (*cache, error) {
+	if r == nil {
+		return nil, newError(Invalid, nil, "", "", errors.New("resource is nil"))
+	}
+	c := s.caches[r.Name]
+	if c == nil || c.r != r {
+		return nil, newError(Invalid, r, "", "", fmt.Errorf("resource %q is not served", r.Name))
+	}
+	return c, nil
+}
+
+// currentRevision returns etcd's current revision with a linearizable read.
+func (s *Store) currentRevision(ctx context.Context) (int64, error) {
+	resp, err := s.client.Get(ctx, keyRoot, clientv3.WithCountOnly())
+	if err != nil {
+		return 0, fmt.Errorf("store: read current revision: %w", err)
+	}
+	return resp.Header.Revision, nil
+}
+
+// Compact discards etcd history before rev and makes the watch caches refuse
+// (with Gone) watches that would need an event older than rev. Compacting to
+// a revision already compacted is not an error.
+func (s *Store) Compact(ctx context.Context, rev int64) error {
+	if _, err := s.client.Compact(ctx, rev); err != nil && !errors.Is(err, rpctypes.ErrCompacted) {
+		return fmt.Errorf("store: compact to revision %d: %w", rev, err)
+	}
+	for _, c := range s.caches {
+		c.compacted(rev)
+	}
+	return nil
+}
+
+// compactLoop compacts every interval to the revision read one interval
+// earlier, so history younger than one interval always survives.
+func (s *Store) compactLoop(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	var last int64
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		cur, err := s.currentRevision(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				s.lg.Warn("compaction skipped", "err", err)
+			}
+			continue
+		}
+		if last > 0 {
+			if err := s.Compact(ctx, last); err != nil && ctx.Err() == nil {
+				s.lg.Warn("compaction failed", "revision", last, "err", err)
+			}
+		}
+		last = cur
+	}
+}
