@@ -1,0 +1,264 @@
+// Package nodeagent is everynode's node agent: it runs the pods bound to its
+// node through a container runtime and reports their status to the API.
+//
+// The pod sync loop is level-triggered, like kubelet's: the desired pods come
+// from a PodSource (by default a watch of pods with spec.nodeName=<node>), the
+// actual containers from Runtime.ListContainers by the node label, and one
+// keyed work queue syncs each pod (by UID) towards its spec: pull images
+// (imagePullPolicy, ErrImagePull / ImagePullBackOff), create and start
+// containers, restart exited ones under the restart policy with exponential
+// back-off (CrashLoopBackOff), run liveness and readiness probes, and write the
+// pod status when it changed. A pod with a deletionTimestamp has its
+// containers stopped with the grace period and removed, then the pod object
+// is deleted. Containers of this node that belong to no desired pod are
+// removed by the relist sweep.
+//
+// Time comes from an injected clock, so back-off and probe timing are tested
+// with a fake clock. Run owns every goroutine it starts and waits for them.
+package nodeagent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
+
+	"github.com/everynode/everynode/client"
+	"github.com/everynode/everynode/nodeagent/runtime"
+)
+
+// Runtime is the part of the container runtime contract (package runtime,
+// whose doc states thread safety and blocking) the pod sync loop calls.
+type Runtime interface {
+	Version(ctx context.Context) (runtime.VersionInfo, error)
+	ImageStatus(ctx context.Context, ref string) (runtime.Image, error)
+	PullImage(ctx context.Context, ref string) (string, error)
+	CreateContainer(ctx context.Context, spec runtime.ContainerSpec) (string, error)
+	StartContainer(ctx context.Context, id string) error
+	StopContainer(ctx context.Context, id string, grace time.Duration) error
+	RemoveContainer(ctx context.Context, id string) error
+	ListContainers(ctx context.Context, filter runtime.Labels) ([]runtime.Container, error)
+	ContainerStatus(ctx context.Context, id string) (runtime.ContainerStatus, error)
+	Exec(ctx context.Context, id string, cmd []string) (int, []byte, error)
+}
+
+// Defaults for Config's tuning fields.
+const (
+	// DefaultWorkers pods are synced in parallel; a slow runtime call or
+	// probe holds one worker.
+	DefaultWorkers = 4
+	// DefaultRelistPeriod is how often the runtime is listed to notice exits
+	// and stray containers (kubelet's PLEG relists every second).
+	DefaultRelistPeriod = time.Second
+	// DefaultResyncPeriod bounds how long a pod goes without a sync.
+	DefaultResyncPeriod = 10 * time.Second
+)
+
+// Config configures an Agent.
+type Config struct {
+	// NodeName is this node's name: pods with spec.nodeName equal to it are
+	// run, containers are labelled with it. Required.
+	NodeName string
+	// NodeIP is reported as the pods' hostIP (and podIP with host
+	// networking); may be empty.
+	NodeIP string
+	// Client talks to the API. Required unless Source is set and no status is
+	// to be written (tests); the default Source watches through it.
+	Client client.Interface
+	// Runtime runs the containers. Required.
+	Runtime Runtime
+	// Clock is the time source; nil means the real clock.
+	Clock clock.WithTicker
+	// Logger receives the agent's logs; nil discards them.
+	Logger *slog.Logger
+	// DataDir holds the agent's state; emptyDir volumes live in
+	// DataDir/pods/<uid>/volumes/<name>. Empty: emptyDir storage is left to
+	// the runtime.
+	DataDir string
+	// Source delivers the desired pods; nil means a list+watch of pods with
+	// spec.nodeName=NodeName through Client.
+	Source PodSource
+	// Workers is the number of pods synced in parallel (DefaultWorkers).
+	Workers int
+	// RelistPeriod is how often the runtime is listed (DefaultRelistPeriod).
+	RelistPeriod time.Duration
+	// ResyncPeriod is the longest a pod goes without a sync (DefaultResyncPeriod).
+	ResyncPeriod time.Duration
+}
+
+// Agent runs the pods of one node. Create it with New, then call Run once.
+type Agent struct {
+	cfg    Config
+	clock  clock.WithTicker
+	log    *slog.Logger
+	rt     Runtime
+	api    client.Interface
+	source PodSource
+	probe  prober
+
+	pods  *podCache
+	queue workqueue.TypedRateLimitingInterface[types.UID]
+
+	// scheme is the runtime's name, the containerID scheme; set by Run.
+	scheme string
+
+	mu    sync.Mutex
+	state map[types.UID]*podState // touched only by the worker holding the UID
+
+	relistMu sync.Mutex
+	lastSeen map[types.UID]string // relist fingerprints
+}
+
+// New validates cfg and returns an Agent.
+func New(cfg Config) (*Agent, error) {
+	if cfg.NodeName == "" {
+		return nil, errors.New("nodeagent: config: NodeName is required")
+	}
+	if cfg.Runtime == nil {
+		return nil, errors.New("nodeagent: config: Runtime is required")
+	}
+	if cfg.Client == nil && cfg.Source == nil {
+		return nil, errors.New("nodeagent: config: Client is required")
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = DefaultWorkers
+	}
+	if cfg.RelistPeriod <= 0 {
+		cfg.RelistPeriod = DefaultRelistPeriod
+	}
+	if cfg.ResyncPeriod <= 0 {
+		cfg.ResyncPeriod = DefaultResyncPeriod
+	}
+	a := &Agent{
+		cfg:      cfg,
+		clock:    cfg.Clock,
+		log:      cfg.Logger.With("node", cfg.NodeName),
+		rt:       cfg.Runtime,
+		api:      cfg.Client,
+		source:   cfg.Source,
+		probe:    newProber(),
+		state:    make(map[types.UID]*podState),
+		lastSeen: make(map[types.UID]string),
+	}
+	a.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[types.UID](500*time.Millisecond, 30*time.Second),
+		workqueue.TypedRateLimitingQueueConfig[types.UID]{Name: "", Clock: cfg.Clock})
+	a.pods = newPodCache(a.queue.Add)
+	if a.source == nil {
+		a.source = &apiSource{api: cfg.Client, node: cfg.NodeName, clock: cfg.Clock, log: a.log}
+	}
+	return a, nil
+}
+
+// Run syncs pods until ctx ends, then stops every goroutine it started and
+// returns nil. It returns an error without starting anything when the runtime
+// does not answer. Run may be called once.
+func (a *Agent) Run(ctx context.Context) error {
+	v, err := a.rt.Version(ctx)
+	if err != nil {
+		a.queue.ShutDown()
+		return fmt.Errorf("nodeagent: runtime version: %w", err)
+	}
+	a.scheme = v.Name
+	a.log.Info("agent starting", "runtime", v.Name, "runtimeVersion", v.Version, "workers", a.cfg.Workers)
+
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := a.source.Run(ctx, a.pods); err != nil && ctx.Err() == nil {
+			a.log.Error("pod source stopped", "err", err)
+		}
+	}()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		a.relistLoop(ctx)
+	}()
+	for range a.cfg.Workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for a.processNext(ctx) {
+			}
+		}()
+	}
+	<-ctx.Done()
+	a.queue.ShutDown()
+	cancel()
+	wg.Wait()
+	a.log.Info("agent stopped")
+	return nil
+}
+
+func (a *Agent) processNext(ctx context.Context) bool {
+	uid, quit := a.queue.Get()
+	if quit {
+		return false
+	}
+	defer a.queue.Done(uid)
+	wake, err := a.syncPod(ctx, uid)
+	if err != nil {
+		if ctx.Err() == nil {
+			a.log.Warn("pod sync failed, will retry", "uid", uid, "err", err)
+			a.queue.AddRateLimited(uid)
+		}
+		return true
+	}
+	a.queue.Forget(uid)
+	if wake > 0 {
+		a.queue.AddAfter(uid, wake)
+	}
+	return true
+}
+
+// podStateFor returns the UID's sync state, made on first use.
+func (a *Agent) podStateFor(uid types.UID) *podState {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	st, ok := a.state[uid]
+	if !ok {
+		st = &podState{containers: make(map[string]*containerState)}
+		a.state[uid] = st
+	}
+	return st
+}
+
+func (a *Agent) forget(uid types.UID) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.state, uid)
+}
+
+func (a *Agent) knownState(uid types.UID) *podState {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.state[uid]
+}
+
+// nodeFilter selects this node's containers.
+func (a *Agent) nodeFilter() runtime.Labels {
+	return runtime.Labels{runtime.LabelNode: a.cfg.NodeName}
+}
+
+// podFilter selects one pod's containers on this node.
+func (a *Agent) podFilter(uid types.UID) runtime.Labels {
+	return runtime.Labels{runtime.LabelNode: a.cfg.NodeName, runtime.LabelPodUID: string(uid)}
+}
+
+func podRef(pod *corev1.Pod) string { return pod.Namespace + "/" + pod.Name }

@@ -1,0 +1,457 @@
+package nodeagent
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/everynode/everynode/nodeagent/runtime"
+	"github.com/everynode/everynode/resources"
+)
+
+// Back-off of restarts and pulls, as kubelet's.
+const (
+	// backoffInitial is the first restart (and pull retry) delay.
+	backoffInitial = 10 * time.Second
+	// backoffMax caps the doubling.
+	backoffMax = 5 * time.Minute
+	// backoffReset: a container that ran this long restarts with the
+	// initial delay again.
+	backoffReset = 10 * time.Minute
+	// pullErrorShown is how long ErrImagePull stays before the pod is synced
+	// again and shows ImagePullBackOff.
+	pullErrorShown = time.Second
+	// defaultGrace is the termination grace period when the pod gives none.
+	defaultGrace = 30 * time.Second
+)
+
+// Waiting reasons, as kubelet reports them.
+const (
+	reasonContainerCreating  = "ContainerCreating"
+	reasonCrashLoopBackOff   = "CrashLoopBackOff"
+	reasonErrImagePull       = "ErrImagePull"
+	reasonImagePullBackOff   = "ImagePullBackOff"
+	reasonErrImageNeverPull  = "ErrImageNeverPull"
+	reasonCreateConfigError  = "CreateContainerConfigError"
+	reasonCreateError        = "CreateContainerError"
+	reasonRunContainerError  = "RunContainerError"
+	reasonContainersNotReady = "ContainersNotReady"
+	reasonPodCompleted       = "PodCompleted"
+)
+
+// podState is what the agent remembers about one pod between syncs. It is
+// touched only by the worker holding the pod's UID.
+type podState struct {
+	containers map[string]*containerState
+	// grace is the pod's termination grace period, kept for teardown after
+	// the pod object is gone.
+	grace time.Duration
+	// written is the last status written and base the resourceVersion of the
+	// pod it was computed from: until the cache moves past base, the cache is
+	// stale and written is what the API holds.
+	written *corev1.PodStatus
+	base    string
+	// deleted is set once the pod object's deletion was requested.
+	deleted bool
+}
+
+func (st *podState) container(name string) *containerState {
+	cs, ok := st.containers[name]
+	if !ok {
+		cs = &containerState{}
+		st.containers[name] = cs
+	}
+	return cs
+}
+
+// containerState is one container's back-off and probe state.
+type containerState struct {
+	// crashes counts restarts since the last back-off reset.
+	crashes int
+	// pull back-off.
+	pullFailures int
+	pullRetryAt  time.Time
+	pullErr      string
+	// waiting is the waiting state decided by this sync, nil when none.
+	waiting *corev1.ContainerStateWaiting
+	// probes, for the container probeID.
+	probeID     string
+	live, ready probeState
+}
+
+// crashDelay is the back-off before restart n+1 after n back-off restarts.
+func crashDelay(n int) time.Duration {
+	d := backoffInitial
+	for range n {
+		d *= 2
+		if d >= backoffMax {
+			return backoffMax
+		}
+	}
+	return d
+}
+
+// observed is one pod's containers, by container name, newest attempt first.
+type observed map[string][]runtime.ContainerStatus
+
+func attemptOf(labels map[string]string) int {
+	n, _ := strconv.Atoi(labels[runtime.LabelAttempt])
+	return n
+}
+
+// observe inspects the pod's containers.
+func (a *Agent) observe(ctx context.Context, uid types.UID) (observed, error) {
+	list, err := a.rt.ListContainers(ctx, a.podFilter(uid))
+	if err != nil {
+		return nil, fmt.Errorf("nodeagent: list containers of pod %s: %w", uid, err)
+	}
+	obs := make(observed)
+	for _, c := range list {
+		s, err := a.rt.ContainerStatus(ctx, c.ID)
+		if runtime.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("nodeagent: inspect container %s: %w", c.ID, err)
+		}
+		name := s.Labels[runtime.LabelContainer]
+		obs[name] = append(obs[name], s)
+	}
+	for _, l := range obs {
+		slices.SortFunc(l, func(x, y runtime.ContainerStatus) int {
+			if d := attemptOf(y.Labels) - attemptOf(x.Labels); d != 0 {
+				return d
+			}
+			return y.Created.Compare(x.Created)
+		})
+	}
+	return obs, nil
+}
+
+// syncPod drives one pod towards its spec and reports its status. It returns
+// how long until the pod wants its next sync.
+func (a *Agent) syncPod(ctx context.Context, uid types.UID) (time.Duration, error) {
+	pod, synced := a.pods.get(uid)
+	if pod == nil {
+		if !synced {
+			return 0, nil
+		}
+		return 0, a.teardown(ctx, uid)
+	}
+	st := a.podStateFor(uid)
+	st.grace = podGrace(pod, nil)
+	if pod.DeletionTimestamp != nil {
+		return a.terminate(ctx, pod, st)
+	}
+	obs, err := a.observe(ctx, uid)
+	if err != nil {
+		return 0, err
+	}
+	now := a.clock.Now()
+	wake := now.Add(a.cfg.ResyncPeriod)
+	if err := a.removeUnknown(ctx, pod, obs); err != nil {
+		return 0, err
+	}
+	terminal := pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+	podIP := a.podIP(pod, obs)
+	changed := false
+	for i := range pod.Spec.Containers {
+		c := &pod.Spec.Containers[i]
+		cs := st.container(c.Name)
+		cs.waiting = nil
+		if terminal {
+			continue
+		}
+		w, ch, err := a.syncContainer(ctx, pod, c, cs, obs[c.Name], podIP, now)
+		if err != nil {
+			return 0, err
+		}
+		changed = changed || ch
+		if !w.IsZero() && w.Before(wake) {
+			wake = w
+		}
+	}
+	if changed {
+		if obs, err = a.observe(ctx, uid); err != nil {
+			return 0, err
+		}
+	}
+	status := a.buildStatus(pod, st, obs, now)
+	if err := a.writeStatus(ctx, pod, st, status); err != nil {
+		return 0, err
+	}
+	return max(wake.Sub(a.clock.Now()), 0), nil
+}
+
+// removeUnknown removes containers whose name the spec no longer has.
+func (a *Agent) removeUnknown(ctx context.Context, pod *corev1.Pod, obs observed) error {
+	for name, list := range obs {
+		if slices.ContainsFunc(pod.Spec.Containers, func(c corev1.Container) bool { return c.Name == name }) {
+			continue
+		}
+		for _, c := range list {
+			if err := a.stopAndRemove(ctx, c, podGrace(pod, nil)); err != nil {
+				return err
+			}
+		}
+		delete(obs, name)
+	}
+	return nil
+}
+
+// syncContainer starts, restarts or probes one container. It returns when
+// it wants the next sync (zero: no wish) and whether it changed anything.
+func (a *Agent) syncContainer(ctx context.Context, pod *corev1.Pod, c *corev1.Container, cs *containerState,
+	list []runtime.ContainerStatus, podIP string, now time.Time) (time.Time, bool, error) {
+	// Keep the newest container and its predecessor (lastState, previous logs).
+	if len(list) > 2 {
+		for _, old := range list[2:] {
+			if err := a.stopAndRemove(ctx, old, 0); err != nil {
+				return time.Time{}, false, err
+			}
+		}
+	}
+	if len(list) == 0 {
+		return a.startContainer(ctx, pod, c, cs, 0, now)
+	}
+	cur := list[0]
+	switch cur.State {
+	case runtime.StateRunning:
+		return a.probeContainer(ctx, pod, c, cs, cur, podIP, now)
+	case runtime.StateCreated:
+		// Created but never started (the agent was interrupted): start it.
+		if err := a.rt.StartContainer(ctx, cur.ID); err != nil {
+			if ctx.Err() != nil {
+				return time.Time{}, false, err
+			}
+			cs.waiting = &corev1.ContainerStateWaiting{Reason: reasonRunContainerError, Message: err.Error()}
+			return time.Time{}, true, a.stopAndRemove(ctx, cur, 0)
+		}
+		return time.Time{}, true, nil
+	}
+	if !shouldRestart(pod.Spec.RestartPolicy, cur.ExitCode) {
+		return time.Time{}, false, nil
+	}
+	finished := cur.Finished
+	if finished.IsZero() {
+		finished = now
+	}
+	if !cur.Started.IsZero() && finished.Sub(cur.Started) >= backoffReset {
+		cs.crashes = 0
+	}
+	delay := crashDelay(cs.crashes)
+	if until := finished.Add(delay); now.Before(until) {
+		cs.waiting = &corev1.ContainerStateWaiting{
+			Reason: reasonCrashLoopBackOff,
+			Message: fmt.Sprintf("back-off %s restarting failed container=%s pod=%s_%s(%s)",
+				delay, c.Name, pod.Name, pod.Namespace, pod.UID),
+		}
+		return until, false, nil
+	}
+	wake, changed, err := a.startContainer(ctx, pod, c, cs, attemptOf(cur.Labels)+1, now)
+	if changed {
+		cs.crashes++
+	}
+	return wake, changed, err
+}
+
+func shouldRestart(policy corev1.RestartPolicy, exitCode int) bool {
+	switch policy {
+	case corev1.RestartPolicyNever:
+		return false
+	case corev1.RestartPolicyOnFailure:
+		return exitCode != 0
+	default:
+		return true
+	}
+}
+
+// startContainer pulls as the policy says, then creates and starts attempt.
+func (a *Agent) startContainer(ctx context.Context, pod *corev1.Pod, c *corev1.Container, cs *containerState,
+	attempt int, now time.Time) (time.Time, bool, error) {
+	if wait, wake, err := a.ensureImage(ctx, c, cs, now); err != nil || wait != nil {
+		cs.waiting = wait
+		return wake, false, err
+	}
+	spec, err := a.containerSpec(pod, c, attempt)
+	if err != nil {
+		cs.waiting = &corev1.ContainerStateWaiting{Reason: reasonCreateConfigError, Message: err.Error()}
+		return time.Time{}, false, nil
+	}
+	log := a.log.With("pod", podRef(pod), "container", c.Name, "attempt", attempt)
+	id, err := a.rt.CreateContainer(ctx, spec)
+	if err != nil {
+		if ctx.Err() != nil {
+			return time.Time{}, false, err
+		}
+		log.Warn("create container failed", "err", err)
+		cs.waiting = &corev1.ContainerStateWaiting{Reason: reasonCreateError, Message: err.Error()}
+		return now.Add(crashDelay(cs.crashes)), false, nil
+	}
+	if err := a.rt.StartContainer(ctx, id); err != nil {
+		if ctx.Err() != nil {
+			return time.Time{}, true, err
+		}
+		log.Warn("start container failed", "err", err)
+		cs.waiting = &corev1.ContainerStateWaiting{Reason: reasonRunContainerError, Message: err.Error()}
+		_ = a.rt.RemoveContainer(ctx, id)
+		return now.Add(crashDelay(cs.crashes)), false, nil
+	}
+	log.Info("container started", "id", id, "image", c.Image)
+	return time.Time{}, true, nil
+}
+
+// ensureImage makes the container's image present as imagePullPolicy says.
+// A non-nil waiting state means the container cannot start yet.
+func (a *Agent) ensureImage(ctx context.Context, c *corev1.Container, cs *containerState, now time.Time) (*corev1.ContainerStateWaiting, time.Time, error) {
+	if now.Before(cs.pullRetryAt) {
+		return &corev1.ContainerStateWaiting{
+			Reason:  reasonImagePullBackOff,
+			Message: fmt.Sprintf("Back-off pulling image %q: %s", c.Image, cs.pullErr),
+		}, cs.pullRetryAt, nil
+	}
+	_, err := a.rt.ImageStatus(ctx, c.Image)
+	present := err == nil
+	if err != nil && !runtime.IsImageNotFound(err) {
+		return nil, time.Time{}, fmt.Errorf("nodeagent: image status %s: %w", c.Image, err)
+	}
+	switch pullPolicy(c) {
+	case corev1.PullNever:
+		if !present {
+			return &corev1.ContainerStateWaiting{
+				Reason:  reasonErrImageNeverPull,
+				Message: fmt.Sprintf("Container image %q is not present with pull policy of Never", c.Image),
+			}, time.Time{}, nil
+		}
+		return nil, time.Time{}, nil
+	case corev1.PullIfNotPresent:
+		if present {
+			return nil, time.Time{}, nil
+		}
+	}
+	if _, err := a.rt.PullImage(ctx, c.Image); err != nil {
+		if ctx.Err() != nil {
+			return nil, time.Time{}, err
+		}
+		cs.pullFailures++
+		cs.pullRetryAt = now.Add(crashDelay(cs.pullFailures - 1))
+		cs.pullErr = err.Error()
+		a.log.Warn("image pull failed", "image", c.Image, "err", err, "retryIn", crashDelay(cs.pullFailures-1))
+		return &corev1.ContainerStateWaiting{Reason: reasonErrImagePull, Message: err.Error()}, now.Add(pullErrorShown), nil
+	}
+	cs.pullFailures, cs.pullRetryAt, cs.pullErr = 0, time.Time{}, ""
+	return nil, time.Time{}, nil
+}
+
+// pullPolicy is the container's policy, defaulted as the API does: Always
+// for ":latest" or untagged images, IfNotPresent otherwise.
+func pullPolicy(c *corev1.Container) corev1.PullPolicy {
+	if c.ImagePullPolicy != "" {
+		return c.ImagePullPolicy
+	}
+	ref := c.Image
+	if strings.Contains(ref, "@") {
+		return corev1.PullIfNotPresent
+	}
+	last := ref[strings.LastIndex(ref, "/")+1:]
+	if i := strings.LastIndex(last, ":"); i >= 0 && last[i+1:] != "latest" {
+		return corev1.PullIfNotPresent
+	}
+	return corev1.PullAlways
+}
+
+// podGrace is the pod's termination grace period (probe overrides it for
+// liveness kills).
+func podGrace(pod *corev1.Pod, probe *corev1.Probe) time.Duration {
+	switch {
+	case probe != nil && probe.TerminationGracePeriodSeconds != nil:
+		return time.Duration(*probe.TerminationGracePeriodSeconds) * time.Second
+	case pod.DeletionGracePeriodSeconds != nil:
+		return time.Duration(*pod.DeletionGracePeriodSeconds) * time.Second
+	case pod.Spec.TerminationGracePeriodSeconds != nil:
+		return time.Duration(*pod.Spec.TerminationGracePeriodSeconds) * time.Second
+	}
+	return defaultGrace
+}
+
+func (a *Agent) stopAndRemove(ctx context.Context, c runtime.ContainerStatus, grace time.Duration) error {
+	if c.State == runtime.StateRunning {
+		if err := a.rt.StopContainer(ctx, c.ID, grace); err != nil && !runtime.IsNotFound(err) {
+			return fmt.Errorf("nodeagent: stop container %s: %w", c.ID, err)
+		}
+	}
+	if err := a.rt.RemoveContainer(ctx, c.ID); err != nil && !runtime.IsNotFound(err) {
+		return fmt.Errorf("nodeagent: remove container %s: %w", c.ID, err)
+	}
+	return nil
+}
+
+// removePodContainers stops (with grace) and removes every container of uid.
+func (a *Agent) removePodContainers(ctx context.Context, uid types.UID, grace time.Duration) error {
+	list, err := a.rt.ListContainers(ctx, a.podFilter(uid))
+	if err != nil {
+		return fmt.Errorf("nodeagent: list containers of pod %s: %w", uid, err)
+	}
+	for _, c := range list {
+		s := runtime.ContainerStatus{ID: c.ID, State: c.State}
+		if err := a.stopAndRemove(ctx, s, grace); err != nil {
+			return err
+		}
+	}
+	if a.cfg.DataDir != "" && uid != "" {
+		if err := os.RemoveAll(a.podDir(uid)); err != nil {
+			return fmt.Errorf("nodeagent: remove pod dir: %w", err)
+		}
+	}
+	return nil
+}
+
+// terminate runs a pod's graceful deletion: stop and remove its containers,
+// then delete the pod object.
+func (a *Agent) terminate(ctx context.Context, pod *corev1.Pod, st *podState) (time.Duration, error) {
+	if !st.deleted {
+		grace := podGrace(pod, nil)
+		a.log.Info("terminating pod", "pod", podRef(pod), "grace", grace)
+		if err := a.removePodContainers(ctx, pod.UID, grace); err != nil {
+			return 0, err
+		}
+	}
+	zero := int64(0)
+	uid := pod.UID
+	_, err := a.api.Delete(ctx, resources.Pods, pod.Namespace, pod.Name, metav1.DeleteOptions{
+		GracePeriodSeconds: &zero,
+		Preconditions:      &metav1.Preconditions{UID: &uid},
+	})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return 0, fmt.Errorf("nodeagent: delete pod %s: %w", podRef(pod), err)
+	}
+	st.deleted = true
+	return a.cfg.ResyncPeriod, nil
+}
+
+// teardown removes the containers of a pod that is no longer desired.
+func (a *Agent) teardown(ctx context.Context, uid types.UID) error {
+	grace := time.Duration(0)
+	if st := a.knownState(uid); st != nil {
+		grace = st.grace
+	}
+	if err := a.removePodContainers(ctx, uid, grace); err != nil {
+		return err
+	}
+	a.forget(uid)
+	return nil
+}
+
+func (a *Agent) podDir(uid types.UID) string {
+	return filepath.Join(a.cfg.DataDir, "pods", string(uid))
+}
