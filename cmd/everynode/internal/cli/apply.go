@@ -1,0 +1,217 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/strategicpatch"
+
+	"github.com/everynode/everynode/client"
+)
+
+// LastAppliedAnnotation holds the manifest as last applied, as kubectl's
+// client-side apply keeps it, so a later apply can tell removed fields from
+// fields the server or other writers set.
+const LastAppliedAnnotation = "kubectl.kubernetes.io/last-applied-configuration"
+
+// applyFieldManager is the fieldManager kubectl's client-side apply sends.
+const applyFieldManager = "kubectl-client-side-apply"
+
+// maxApplyAttempts bounds retries after a write conflict.
+const maxApplyAttempts = 5
+
+// ApplyCommand is "everynode apply -f FILE|DIR|-".
+type ApplyCommand struct {
+	main *Main
+
+	clientFlags
+	filename string
+}
+
+func (c *ApplyCommand) parse(args []string, std IO) error {
+	fs := newFlagSet("apply", "apply -f FILE|DIR|- [-n NS]", std.Err)
+	c.register(fs)
+	fs.StringVar(&c.filename, "filename", "", "file, directory or - (stdin) with the objects to apply")
+	fs.StringVar(&c.filename, "f", "", "shorthand for --filename")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usageError(fmt.Sprintf("unexpected arguments %q", pos), "apply takes only -f")
+	}
+	if c.filename == "" {
+		return usageError("must specify -f", "pass -f FILE, -f DIR or -f - for stdin")
+	}
+	return nil
+}
+
+// Run implements the command: for each object, create it when it does not
+// exist, else update it (three-way merge of the last-applied manifest, the
+// new manifest and the live object, written with the live resourceVersion).
+func (c *ApplyCommand) Run(ctx context.Context, args []string, std IO) error {
+	if err := c.parse(args, std); err != nil {
+		return err
+	}
+	ms, err := readManifests(c.filename, std.In)
+	if err != nil {
+		return err
+	}
+	if len(ms) == 0 {
+		return usageError("no objects passed to apply", "the file holds no documents")
+	}
+	h, err := c.connect(c.main)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	var last error
+	for _, m := range ms {
+		result, err := c.applyOne(ctx, h, m)
+		if err != nil {
+			err = explainTransport(err, h.Server())
+			if last != nil {
+				fmt.Fprintln(std.Err, FormatError(last))
+			}
+			last = err
+			continue
+		}
+		fmt.Fprintf(std.Out, "%s %s\n", objectRef(m.r, m.obj.GetName()), result)
+	}
+	return last
+}
+
+func (c *ApplyCommand) applyOne(ctx context.Context, h client.Interface, m manifest) (string, error) {
+	md, _ := m.raw["metadata"].(map[string]any)
+	if md == nil {
+		md = map[string]any{}
+		m.raw["metadata"] = md
+	}
+	name, _ := md["name"].(string)
+	if name == "" {
+		return "", withFix(fmt.Errorf("error when applying %s: %s has no metadata.name", m.source, m.r.Kind), "give every object a name")
+	}
+	ns := ""
+	if m.r.Namespaced {
+		ns, _ = md["namespace"].(string)
+		switch {
+		case ns == "":
+			ns = c.ns()
+			md["namespace"] = ns
+		case c.namespace != "" && ns != c.namespace:
+			return "", withFix(fmt.Errorf("the namespace from the provided object %q does not match the namespace %q", ns, c.namespace),
+				fmt.Sprintf("pass --namespace=%s or remove -n", ns))
+		}
+	}
+
+	// The annotation holds the manifest without itself, as kubectl stores it.
+	annotations, _ := md["annotations"].(map[string]any)
+	if annotations != nil {
+		delete(annotations, LastAppliedAnnotation)
+		if len(annotations) == 0 {
+			delete(md, "annotations")
+		}
+	}
+	lastApplied, err := json.Marshal(m.raw)
+	if err != nil {
+		return "", fmt.Errorf("encode %s: %w", name, err)
+	}
+	if annotations == nil {
+		annotations = map[string]any{}
+	}
+	annotations[LastAppliedAnnotation] = string(lastApplied) + "\n"
+	md["annotations"] = annotations
+	modified, err := json.Marshal(m.raw)
+	if err != nil {
+		return "", fmt.Errorf("encode %s: %w", name, err)
+	}
+	desired := m.r.New()
+	if err := json.Unmarshal(modified, desired); err != nil {
+		return "", fmt.Errorf("decode %s: %w", name, err)
+	}
+
+	opts := client.WriteOptions{FieldManager: applyFieldManager}
+	cur, err := h.Get(ctx, m.r, ns, name)
+	if apierrors.IsNotFound(err) {
+		if _, err := h.Create(ctx, desired, opts); err != nil {
+			return "", annotateAPIError(err, "creating", m.source)
+		}
+		return "created", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	for attempt := 1; ; attempt++ {
+		next, changed, err := mergeApplied(m, cur, modified)
+		if err != nil {
+			return "", err
+		}
+		if !changed {
+			return "unchanged", nil
+		}
+		upd, err := h.Update(ctx, next, opts)
+		if apierrors.IsConflict(err) && attempt < maxApplyAttempts {
+			if cur, err = h.Get(ctx, m.r, ns, name); err != nil {
+				return "", err
+			}
+			continue
+		}
+		if err != nil {
+			return "", annotateAPIError(err, "applying patch to", m.source)
+		}
+		if upd.GetResourceVersion() == cur.GetResourceVersion() {
+			return "unchanged", nil
+		}
+		return "configured", nil
+	}
+}
+
+// mergeApplied computes the object to write: the live object with the
+// three-way strategic merge patch (last applied → modified, against live)
+// applied. changed is false when the patch is empty.
+func mergeApplied(m manifest, cur client.Object, modified []byte) (client.Object, bool, error) {
+	curJSON, err := json.Marshal(cur)
+	if err != nil {
+		return nil, false, fmt.Errorf("encode live %s: %w", cur.GetName(), err)
+	}
+	var original []byte
+	if s := cur.GetAnnotations()[LastAppliedAnnotation]; s != "" {
+		original = []byte(s)
+	}
+	meta, err := strategicpatch.NewPatchMetaFromStruct(m.r.New())
+	if err != nil {
+		return nil, false, fmt.Errorf("patch metadata for %s: %w", m.r.Kind, err)
+	}
+	patch, err := strategicpatch.CreateThreeWayMergePatch(original, modified, curJSON, meta, true)
+	if err != nil {
+		return nil, false, fmt.Errorf("compute patch for %s %q: %w", m.r.Kind, cur.GetName(), err)
+	}
+	if string(patch) == "{}" {
+		return nil, false, nil
+	}
+	merged, err := strategicpatch.StrategicMergePatch(curJSON, patch, m.r.New())
+	if err != nil {
+		return nil, false, fmt.Errorf("apply patch to %s %q: %w", m.r.Kind, cur.GetName(), err)
+	}
+	next := m.r.New()
+	if err := json.Unmarshal(merged, next); err != nil {
+		return nil, false, fmt.Errorf("decode patched %s: %w", m.r.Kind, err)
+	}
+	next.SetResourceVersion(cur.GetResourceVersion())
+	return next, true, nil
+}
+
+// annotateAPIError prefixes an API error's message like kubectl does
+// (`error when creating "ds.yaml": ...`), keeping it an API error.
+func annotateAPIError(err error, verb, source string) error {
+	var se *apierrors.StatusError
+	if !errors.As(err, &se) {
+		return err
+	}
+	st := se.ErrStatus
+	st.Message = fmt.Sprintf("error when %s %q: %s", verb, source, st.Message)
+	return &apierrors.StatusError{ErrStatus: st}
+}

@@ -1,0 +1,148 @@
+package cli
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/everynode/everynode/client"
+	"github.com/everynode/everynode/resources"
+)
+
+// clientFlags are the flags every client verb shares.
+type clientFlags struct {
+	kubeconfig string
+	namespace  string
+}
+
+func (c *clientFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "path to the kubeconfig file (default: $KUBECONFIG, else ~/.kube/config)")
+	fs.StringVar(&c.namespace, "namespace", "", "namespace (default: \"default\")")
+	fs.StringVar(&c.namespace, "n", "", "shorthand for --namespace")
+}
+
+// ns returns the namespace to use, "default" unless given.
+func (c *clientFlags) ns() string {
+	if c.namespace == "" {
+		return "default"
+	}
+	return c.namespace
+}
+
+// connect loads the kubeconfig and returns an HTTP client for it.
+func (c *clientFlags) connect(m *Main) (*client.HTTP, error) {
+	paths := client.KubeconfigPaths(c.kubeconfig, m.getenv("KUBECONFIG"), m.getenv("HOME"))
+	cfg, err := client.LoadKubeconfigFrom(paths)
+	if err != nil {
+		return nil, withFix(fmt.Errorf("cannot read kubeconfig: %w", err),
+			"set --kubeconfig or KUBECONFIG to the admin.kubeconfig in the server's data dir")
+	}
+	cfg.UserAgent = "everynode/" + Version()
+	h, err := client.NewHTTP(cfg)
+	if err != nil {
+		return nil, withFix(fmt.Errorf("bad kubeconfig: %w", err),
+			"set --kubeconfig or KUBECONFIG to the admin.kubeconfig in the server's data dir")
+	}
+	return h, nil
+}
+
+// resolveKind finds a resource by any of kubectl's names for it
+// (ds, daemonset, daemonsets, daemonsets.apps, DaemonSet).
+func resolveKind(kind string) (*resources.Resource, error) {
+	name := kind
+	if i := strings.IndexByte(name, '.'); i > 0 {
+		name = name[:i] // daemonsets.apps → daemonsets
+	}
+	r := resources.ByName(name)
+	if r == nil {
+		r = resources.ByName(strings.ToLower(name))
+	}
+	if r == nil {
+		for _, c := range resources.All() {
+			if strings.EqualFold(c.Kind, name) {
+				r = c
+			}
+		}
+	}
+	if r == nil || (name != kind && kind[len(name)+1:] != r.Group) {
+		return nil, withFix(fmt.Errorf("the server doesn't have a resource type %q", kind), "use one of: "+kindList())
+	}
+	return r, nil
+}
+
+func kindList() string {
+	var out []string
+	for _, r := range resources.All() {
+		s := r.Name
+		if len(r.ShortNames) > 0 {
+			s += " (" + strings.Join(r.ShortNames, ",") + ")"
+		}
+		out = append(out, s)
+	}
+	sort.Strings(out)
+	return strings.Join(out, ", ")
+}
+
+// qualifiedKind is kubectl's "daemonset.apps" / "pod" for output lines.
+func qualifiedKind(r *resources.Resource) string {
+	if r.Group == "" {
+		return r.Singular
+	}
+	return r.Singular + "." + r.Group
+}
+
+// objectRef is "daemonset.apps/NAME", kubectl's -o name form.
+func objectRef(r *resources.Resource, name string) string { return qualifiedKind(r) + "/" + name }
+
+// splitKindNames turns "ds a b" or "ds/a ds/b" into (resource, names).
+func splitKindNames(args []string) (*resources.Resource, []string, error) {
+	if len(args) == 0 {
+		return nil, nil, nil
+	}
+	var r *resources.Resource
+	var names []string
+	if !strings.Contains(args[0], "/") {
+		var err error
+		if r, err = resolveKind(args[0]); err != nil {
+			return nil, nil, err
+		}
+		args = args[1:]
+	}
+	for _, a := range args {
+		kind, name, ok := strings.Cut(a, "/")
+		if !ok {
+			if r == nil {
+				return nil, nil, usageError(fmt.Sprintf("there is no need to specify a resource type as a separate argument when passing arguments in resource/name form (got %q)", a), "use KIND NAME or KIND/NAME")
+			}
+			names = append(names, a)
+			continue
+		}
+		rr, err := resolveKind(kind)
+		if err != nil {
+			return nil, nil, err
+		}
+		if r != nil && rr != r {
+			return nil, nil, usageError("mixed kinds in one command", "run one command per kind")
+		}
+		r = rr
+		names = append(names, name)
+	}
+	return r, names, nil
+}
+
+// eachName runs f for every name, continuing after failures; it prints all
+// but the last failure to w and returns the last one.
+func eachName(ctx context.Context, names []string, errOut func(error), f func(ctx context.Context, name string) error) error {
+	var last error
+	for _, n := range names {
+		if err := f(ctx, n); err != nil {
+			if last != nil {
+				errOut(last)
+			}
+			last = err
+		}
+	}
+	return last
+}

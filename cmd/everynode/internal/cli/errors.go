@@ -1,0 +1,92 @@
+package cli
+
+import (
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"syscall"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// FixError is a failure with the action that fixes it; it prints as
+// "<cause>; <fix>".
+type FixError struct {
+	Cause error
+	Fix   string
+}
+
+func (e *FixError) Error() string {
+	if e.Fix == "" {
+		return e.Cause.Error()
+	}
+	return e.Cause.Error() + "; " + e.Fix
+}
+
+func (e *FixError) Unwrap() error { return e.Cause }
+
+func withFix(err error, fix string) error { return &FixError{Cause: err, Fix: fix} }
+
+func usageError(msg, fix string) error { return withFix(errors.New(msg), fix) }
+
+// FormatError renders err as the single line the command prints on stderr:
+// API errors as kubectl does ("Error from server (NotFound): ..."), anything
+// else as "error: <cause>; <fix>".
+func FormatError(err error) string {
+	var line string
+	var se apierrors.APIStatus
+	if errors.As(err, &se) && !isFix(err) {
+		st := se.Status()
+		if st.Reason != "" && st.Reason != metav1.StatusReasonUnknown {
+			line = fmt.Sprintf("Error from server (%s): %s", st.Reason, st.Message)
+		} else {
+			line = "Error from server: " + st.Message
+		}
+	} else {
+		line = "error: " + err.Error()
+	}
+	return strings.Join(strings.Fields(strings.ReplaceAll(line, "\n", " ")), " ")
+}
+
+func isFix(err error) bool {
+	var fe *FixError
+	return errors.As(err, &fe)
+}
+
+// explainTransport adds the fix to a failure to reach the server.
+func explainTransport(err error, server string) error {
+	if err == nil {
+		return nil
+	}
+	var se apierrors.APIStatus
+	if errors.As(err, &se) {
+		if apierrors.IsUnauthorized(err) {
+			return withFix(fmt.Errorf("the server at %s rejected the token (401 Unauthorized)", server),
+				"use the admin.kubeconfig written by this server into its data dir")
+		}
+		return err
+	}
+	var ue x509.UnknownAuthorityError
+	var he x509.HostnameError
+	var ce *x509.CertificateInvalidError
+	switch {
+	case errors.As(err, &ue), errors.As(err, &ce):
+		return withFix(fmt.Errorf("cannot verify the server's certificate at %s: %w", server, err),
+			"the kubeconfig's CA is not this server's; use the admin.kubeconfig from this server's data dir")
+	case errors.As(err, &he):
+		return withFix(fmt.Errorf("the server's certificate does not name %s: %w", server, err),
+			"connect through a name in the certificate, or restart the server with --tls-san naming this host")
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return withFix(fmt.Errorf("cannot reach the API server at %s: connection refused", server),
+			"start it with \"everynode server\" or check the server address in the kubeconfig")
+	}
+	var ne net.Error
+	if errors.As(err, &ne) {
+		return withFix(fmt.Errorf("cannot reach the API server at %s: %w", server, err),
+			"check that \"everynode server\" is running and the kubeconfig's server address")
+	}
+	return err
+}

@@ -1,0 +1,160 @@
+// Package cli is the everynode command line: Main.Run dispatches to one
+// command struct per subcommand (server, apply, get, describe, delete,
+// version), each parsing its own flag.FlagSet. Nothing here exits the process
+// or keeps global state; package main maps Run's error to an exit code.
+package cli
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"runtime/debug"
+	"strings"
+	"time"
+)
+
+// Main runs the everynode command line.
+type Main struct {
+	// Getenv reads environment variables (KUBECONFIG, HOME); nil means os.Getenv.
+	Getenv func(string) string
+	// Now is the clock for AGE columns; nil means time.Now.
+	Now func() time.Time
+}
+
+// NewMain returns a Main reading the real environment and clock.
+func NewMain() *Main { return &Main{} }
+
+// IO bundles a command's standard streams.
+type IO struct {
+	In       io.Reader
+	Out, Err io.Writer
+}
+
+const usage = `everynode runs DaemonSets outside Kubernetes: an API server on embedded etcd,
+a DaemonSet controller and node agents, in one binary.
+
+Usage:
+  everynode server [flags]             start a server (API + etcd)
+  everynode apply -f FILE|DIR|-        create or update objects from YAML/JSON
+  everynode get KIND [NAME...]         list or show objects
+  everynode describe KIND NAME         show an object in detail, with its events
+  everynode delete KIND NAME...        delete objects
+  everynode version                    print client and server versions
+
+KIND is a resource name or short name: daemonsets (ds), pods (po), nodes (no),
+namespaces (ns), events (ev), controllerrevisions.
+Client commands read --kubeconfig, else KUBECONFIG, else ~/.kube/config.
+Run "everynode COMMAND -h" for a command's flags.
+`
+
+// Run executes the command named by args[0]. It returns flag.ErrHelp after
+// printing help, and otherwise an error for package main to report.
+func (m *Main) Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	std := IO{In: stdin, Out: stdout, Err: stderr}
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return usageError("no command given", "run \"everynode server\" to start a cluster, or see \"everynode -h\"")
+	}
+	cmd, rest := args[0], args[1:]
+	switch cmd {
+	case "-h", "--help", "help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	case "server":
+		return (&ServerCommand{}).Run(ctx, rest, std)
+	case "apply":
+		return (&ApplyCommand{main: m}).Run(ctx, rest, std)
+	case "get":
+		return (&GetCommand{main: m}).Run(ctx, rest, std)
+	case "describe":
+		return (&DescribeCommand{main: m}).Run(ctx, rest, std)
+	case "delete":
+		return (&DeleteCommand{main: m}).Run(ctx, rest, std)
+	case "version":
+		return (&VersionCommand{main: m}).Run(ctx, rest, std)
+	}
+	return usageError(fmt.Sprintf("unknown command %q", cmd), "see \"everynode -h\" for the commands")
+}
+
+func (m *Main) getenv(k string) string {
+	if m.Getenv != nil {
+		return m.Getenv(k)
+	}
+	return os.Getenv(k)
+}
+
+func (m *Main) now() time.Time {
+	if m.Now != nil {
+		return m.Now()
+	}
+	return time.Now()
+}
+
+// Version is everynode's version as recorded by the Go toolchain.
+func Version() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "v0.0.0-dev"
+}
+
+// newFlagSet returns a flag set that reports errors instead of exiting and
+// prints its usage to w.
+func newFlagSet(name, synopsis string, w io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(w)
+	fs.Usage = func() {
+		fmt.Fprintf(w, "Usage: everynode %s\n\nFlags:\n", synopsis)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parseInterspersed parses flags that may come before, between or after
+// positional arguments, as kubectl allows ("get ds -n kube-system"), and
+// returns the positional arguments. "--" ends flag parsing. Single-letter
+// flags with attached values ("-owide", "-nkube-system") are split first.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	args = splitShortFlags(fs, args)
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {
+			return append(pos, rest...), nil
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}
+
+type boolFlag interface{ IsBoolFlag() bool }
+
+func splitShortFlags(fs *flag.FlagSet, args []string) []string {
+	out := make([]string, 0, len(args))
+	for i, a := range args {
+		if a == "--" {
+			return append(out, args[i:]...)
+		}
+		if len(a) > 2 && a[0] == '-' && a[1] != '-' && !strings.Contains(a, "=") {
+			if f := fs.Lookup(a[1:2]); f != nil {
+				if b, ok := f.Value.(boolFlag); !ok || !b.IsBoolFlag() {
+					if fs.Lookup(a[1:]) == nil {
+						out = append(out, a[:2], a[2:])
+						continue
+					}
+				}
+			}
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
