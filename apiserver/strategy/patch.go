@@ -19,9 +19,10 @@ import (
 const (
 	// MaxJSONPatchOperations is the most operations one JSON patch may carry.
 	MaxJSONPatchOperations = 10000
-	// maxPatchedSize bounds the document a JSON patch may grow (copy ops
-	// can double it each time): three times the 3 MiB request body limit.
-	maxPatchedSize = 3 * 3 << 20
+	// maxCopyGrowth bounds how much a JSON patch with copy operations may
+	// grow the document (each copy can double it), like the API server's
+	// AccumulatedCopySizeLimit: the 3 MiB request body limit.
+	maxCopyGrowth = 3 << 20
 )
 
 // ApplyPatch returns a new object: cur with the patch applied, decoded into
@@ -106,7 +107,7 @@ func strategicPatchError(err error) error {
 
 // applyJSONPatch decodes and applies an RFC 6902 patch. Patches with copy
 // operations are applied one operation at a time so the document cannot grow
-// past maxPatchedSize (the library's own limit is a package variable).
+// by more than maxCopyGrowth (the library's own limit is a package variable).
 func applyJSONPatch(doc, patch []byte) ([]byte, error) {
 	ops, err := jsonpatch.DecodePatch(patch)
 	if err != nil {
@@ -127,14 +128,15 @@ func applyJSONPatch(doc, patch []byte) ([]byte, error) {
 		}
 		return out, nil
 	}
+	limit := len(doc) + maxCopyGrowth
 	for _, op := range ops {
 		doc, err = jsonpatch.Patch{op}.Apply(doc)
 		if err != nil {
 			return nil, unprocessable(err.Error())
 		}
-		if len(doc) > maxPatchedSize {
+		if len(doc) > limit {
 			return nil, apierrors.NewRequestEntityTooLargeError(
-				fmt.Sprintf("the patched object is larger than %d bytes", maxPatchedSize))
+				fmt.Sprintf("the JSON patch grows the object to more than %d bytes", limit))
 		}
 	}
 	return doc, nil
