@@ -19,7 +19,7 @@ func rolling(maxUnavailable, maxSurge *intstr.IntOrString) func(*appsv1.DaemonSe
 	}
 }
 
-func intPtr(i int32) *intstr.IntOrString { return ptr.To(intstr.FromInt32(i)) }
+func intPtr(i int32) *intstr.IntOrString  { return ptr.To(intstr.FromInt32(i)) }
 func strPtr(s string) *intstr.IntOrString { return ptr.To(intstr.FromString(s)) }
 
 // TestValidateDaemonSet covers every rule of REFERENCE-daemonset.md §6.4 with
@@ -86,7 +86,9 @@ func TestValidateDaemonSet(t *testing.T) {
 		{"revisionHistoryLimit zero", func(ds *appsv1.DaemonSet) { ds.Spec.RevisionHistoryLimit = ptr.To[int32](0) }, ""},
 		{"revisionHistoryLimit unset", func(ds *appsv1.DaemonSet) { ds.Spec.RevisionHistoryLimit = nil }, ""},
 		// Rule 8: update strategy.
-		{"OnDelete", func(ds *appsv1.DaemonSet) { ds.Spec.UpdateStrategy = appsv1.DaemonSetUpdateStrategy{Type: appsv1.OnDeleteDaemonSetStrategyType} }, ""},
+		{"OnDelete", func(ds *appsv1.DaemonSet) {
+			ds.Spec.UpdateStrategy = appsv1.DaemonSetUpdateStrategy{Type: appsv1.OnDeleteDaemonSetStrategyType}
+		}, ""},
 		{"OnDelete ignores a bad rollingUpdate", func(ds *appsv1.DaemonSet) {
 			ds.Spec.UpdateStrategy = appsv1.DaemonSetUpdateStrategy{Type: appsv1.OnDeleteDaemonSetStrategyType,
 				RollingUpdate: &appsv1.RollingUpdateDaemonSet{MaxUnavailable: intPtr(-5)}}

@@ -94,7 +94,9 @@ func TestValidatePodSpec(t *testing.T) {
 			"spec.tolerations[0].effect: Unsupported value: \"NoRun\": supported values: \"NoSchedule\", \"PreferNoSchedule\", \"NoExecute\""},
 		{"toleration empty key needs Exists", func(p *corev1.Pod) { p.Spec.Tolerations = []corev1.Toleration{{Operator: "Equal", Value: "v"}} },
 			"operator must be Exists when `key` is empty"},
-		{"toleration Exists with value", func(p *corev1.Pod) { p.Spec.Tolerations = []corev1.Toleration{{Key: "k", Operator: "Exists", Value: "v"}} },
+		{"toleration Exists with value", func(p *corev1.Pod) {
+			p.Spec.Tolerations = []corev1.Toleration{{Key: "k", Operator: "Exists", Value: "v"}}
+		},
 			"value must be empty when `operator` is 'Exists'"},
 		{"tolerationSeconds needs NoExecute", func(p *corev1.Pod) {
 			p.Spec.Tolerations = []corev1.Toleration{{Key: "k", Operator: "Exists", Effect: "NoSchedule", TolerationSeconds: ptr.To[int64](5)}}
@@ -171,7 +173,9 @@ func TestValidatePodUpdate(t *testing.T) {
 	}{
 		{"image", func(p *corev1.Pod) { p.Spec.Containers[0].Image = "busybox:1.37" }, ""},
 		{"bind to node", func(p *corev1.Pod) { p.Spec.NodeName = "n1" }, ""},
-		{"add toleration", func(p *corev1.Pod) { p.Spec.Tolerations = append(p.Spec.Tolerations, corev1.Toleration{Operator: "Exists"}) }, ""},
+		{"add toleration", func(p *corev1.Pod) {
+			p.Spec.Tolerations = append(p.Spec.Tolerations, corev1.Toleration{Operator: "Exists"})
+		}, ""},
 		{"labels", func(p *corev1.Pod) { p.Labels = map[string]string{"a": "b"} }, ""},
 		{"command", func(p *corev1.Pod) { p.Spec.Containers[0].Command = []string{"sh"} }, "spec: Forbidden: pod updates may not change fields other than"},
 		{"rebind", func(p *corev1.Pod) { p.Spec.NodeName = "n2" }, "spec: Forbidden: pod updates may not change fields other than"},
