@@ -113,8 +113,9 @@ type Agent struct {
 	mu    sync.Mutex
 	state map[types.UID]*podState // touched only by the worker holding the UID
 
-	relistMu sync.Mutex
-	lastSeen map[types.UID]string // relist fingerprints
+	relistMu  sync.Mutex
+	lastSeen  map[types.UID]string // relist fingerprints
+	relistNow chan struct{}        // pokes the relist loop (after a full pod list)
 }
 
 // New validates cfg and returns an Agent.
@@ -144,20 +145,26 @@ func New(cfg Config) (*Agent, error) {
 		cfg.ResyncPeriod = DefaultResyncPeriod
 	}
 	a := &Agent{
-		cfg:      cfg,
-		clock:    cfg.Clock,
-		log:      cfg.Logger.With("node", cfg.NodeName),
-		rt:       cfg.Runtime,
-		api:      cfg.Client,
-		source:   cfg.Source,
-		probe:    newProber(),
-		state:    make(map[types.UID]*podState),
-		lastSeen: make(map[types.UID]string),
+		cfg:       cfg,
+		clock:     cfg.Clock,
+		log:       cfg.Logger.With("node", cfg.NodeName),
+		rt:        cfg.Runtime,
+		api:       cfg.Client,
+		source:    cfg.Source,
+		probe:     newProber(),
+		state:     make(map[types.UID]*podState),
+		lastSeen:  make(map[types.UID]string),
+		relistNow: make(chan struct{}, 1),
 	}
 	a.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
 		workqueue.NewTypedItemExponentialFailureRateLimiter[types.UID](500*time.Millisecond, 30*time.Second),
 		workqueue.TypedRateLimitingQueueConfig[types.UID]{Name: "", Clock: cfg.Clock})
-	a.pods = newPodCache(a.queue.Add)
+	a.pods = newPodCache(a.queue.Add, func() {
+		select {
+		case a.relistNow <- struct{}{}:
+		default:
+		}
+	})
 	if a.source == nil {
 		a.source = &apiSource{api: cfg.Client, node: cfg.NodeName, clock: cfg.Clock, log: a.log}
 	}

@@ -10,7 +10,8 @@ import (
 	"github.com/everynode/everynode/nodeagent/runtime"
 )
 
-// relistLoop lists the node's containers every RelistPeriod until ctx ends.
+// relistLoop lists the node's containers every RelistPeriod, and after
+// every full list of desired pods, until ctx ends.
 func (a *Agent) relistLoop(ctx context.Context) {
 	t := a.clock.NewTicker(a.cfg.RelistPeriod)
 	defer t.Stop()
@@ -20,6 +21,7 @@ func (a *Agent) relistLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C():
+		case <-a.relistNow:
 		}
 	}
 }

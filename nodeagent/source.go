@@ -41,15 +41,16 @@ type PodSource interface {
 // podCache is the agent's PodSink: the desired pods by UID. Every change
 // enqueues the UIDs concerned.
 type podCache struct {
-	enqueue func(types.UID)
+	enqueue  func(types.UID)
+	replaced func() // called after every Replace
 
 	mu     sync.RWMutex
 	pods   map[types.UID]*corev1.Pod
 	synced bool
 }
 
-func newPodCache(enqueue func(types.UID)) *podCache {
-	return &podCache{enqueue: enqueue, pods: make(map[types.UID]*corev1.Pod)}
+func newPodCache(enqueue func(types.UID), replaced func()) *podCache {
+	return &podCache{enqueue: enqueue, replaced: replaced, pods: make(map[types.UID]*corev1.Pod)}
 }
 
 func (c *podCache) Replace(pods []*corev1.Pod) {
@@ -69,6 +70,7 @@ func (c *podCache) Replace(pods []*corev1.Pod) {
 			c.enqueue(p.UID)
 		}
 	}
+	c.replaced()
 }
 
 func (c *podCache) Update(pod *corev1.Pod) {
