@@ -157,4 +157,3 @@ func splitShortFlags(fs *flag.FlagSet, args []string) []string {
 	}
 	return out
 }
-
