@@ -1,0 +1,184 @@
+package apiserver
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/everynode/everynode/client"
+	"github.com/everynode/everynode/resources"
+)
+
+// TestLocalClientParity: the in-process client returns the same Status as
+// HTTP for the same invalid object, and runs the same create rules.
+func TestLocalClientParity(t *testing.T) {
+	e := newEnv(t)
+	c := NewLocalClient(e.s, "system:controller")
+	ctx := testCtx(t)
+
+	bad := newDS("bad")
+	bad.Spec.Template.Labels = map[string]string{"app": "other"}
+	r := e.do(req{method: "POST", path: dsPath, body: toJSON(t, bad)})
+	httpSt := r.status(t)
+
+	_, err := c.Create(ctx, bad, client.WriteOptions{})
+	se, ok := err.(*apierrors.StatusError)
+	if !ok {
+		t.Fatalf("local error %T %v, want *StatusError", err, err)
+	}
+	localSt := se.ErrStatus
+	if localSt.Code != httpSt.Code || localSt.Reason != httpSt.Reason || localSt.Message != httpSt.Message ||
+		len(localSt.Details.Causes) != len(httpSt.Details.Causes) || localSt.Kind != "Status" {
+		t.Errorf("local %+v\nhttp %+v", localSt, httpSt)
+	}
+	if !apierrors.IsInvalid(err) {
+		t.Errorf("IsInvalid false for %v", err)
+	}
+	if bad.UID != "" || bad.Namespace != "" {
+		t.Errorf("Create modified its argument: %+v", bad.ObjectMeta)
+	}
+
+	// Same defaults and server-set metadata; the result is the caller's copy.
+	obj, err := c.Create(ctx, newDS("good"), client.WriteOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var viaHTTP appsv1.DaemonSet
+	e.get(dsPath+"/good").must(t, http.StatusOK, &viaHTTP)
+	ds := obj.(*appsv1.DaemonSet)
+	if ds.UID != viaHTTP.UID || ds.Generation != 1 || ds.Kind != "DaemonSet" || ds.Namespace != "default" ||
+		ds.Spec.UpdateStrategy.Type != viaHTTP.Spec.UpdateStrategy.Type || ds.Spec.UpdateStrategy.Type == "" {
+		t.Errorf("local create %+v vs http %+v", ds.ObjectMeta, viaHTTP.ObjectMeta)
+	}
+
+	// Not found, conflict.
+	if _, err := c.Get(ctx, resources.DaemonSets, "default", "missing"); !apierrors.IsNotFound(err) {
+		t.Errorf("Get missing: %v", err)
+	}
+	stale := ds.DeepCopy()
+	stale.ResourceVersion = "1"
+	stale.Labels["x"] = "y"
+	if _, err := c.Update(ctx, stale, client.WriteOptions{}); !apierrors.IsConflict(err) {
+		t.Errorf("stale Update: %v", err)
+	}
+
+	// Update, UpdateStatus, Patch, List, Delete.
+	upd := ds.DeepCopy()
+	upd.Labels["x"] = "y"
+	obj, err = c.Update(ctx, upd, client.WriteOptions{})
+	if err != nil || obj.GetLabels()["x"] != "y" {
+		t.Fatalf("Update: %v %v", err, obj)
+	}
+	st := obj.(*appsv1.DaemonSet).DeepCopy()
+	st.Status.NumberReady = 4
+	obj, err = c.UpdateStatus(ctx, st, client.WriteOptions{})
+	if err != nil || obj.(*appsv1.DaemonSet).Status.NumberReady != 4 {
+		t.Fatalf("UpdateStatus: %v", err)
+	}
+	obj, err = c.Patch(ctx, resources.DaemonSets, "default", "good", types.MergePatchType,
+		[]byte(`{"metadata":{"labels":{"p":"q"}}}`), client.WriteOptions{}, "")
+	if err != nil || obj.GetLabels()["p"] != "q" {
+		t.Fatalf("Patch: %v", err)
+	}
+	if _, err := c.Patch(ctx, resources.DaemonSets, "default", "good", "text/plain", []byte(`{}`), client.WriteOptions{}, ""); err == nil ||
+		err.(*apierrors.StatusError).ErrStatus.Code != http.StatusUnsupportedMediaType {
+		t.Errorf("bad patch type: %v", err)
+	}
+	items, rv, err := c.List(ctx, resources.DaemonSets, "", client.ListOptions{LabelSelector: "p=q"})
+	if err != nil || len(items) != 1 || rv == "" || items[0].GetObjectKind().GroupVersionKind().Kind != "DaemonSet" {
+		t.Fatalf("List: %v %d %q", err, len(items), rv)
+	}
+	orphan := metav1.DeletePropagationOrphan
+	obj, err = c.Delete(ctx, resources.DaemonSets, "default", "good", metav1.DeleteOptions{PropagationPolicy: &orphan})
+	if err != nil || obj.GetDeletionTimestamp() == nil || obj.GetFinalizers()[0] != FinalizerOrphan {
+		t.Fatalf("Delete orphan: %v %v", err, obj)
+	}
+}
+
+// TestLocalClientWatch: the local watch from rv 0 starts with ADDED, events
+// are private copies with apiVersion/kind, and the watch ends with Stop, its
+// timeout and server stop.
+func TestLocalClientWatch(t *testing.T) {
+	e := newEnv(t)
+	c := NewLocalClient(e.s, "system:controller")
+	ctx := testCtx(t)
+	if _, err := c.Create(ctx, newPod("p1", "n1"), client.WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	w, err := c.Watch(ctx, resources.Pods, "default", client.ListOptions{FieldSelector: "spec.nodeName=n1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := nextEvent(t, w)
+	if ev.Type != watch.Added || ev.Object.(client.Object).GetName() != "p1" || ev.Object.GetObjectKind().GroupVersionKind().Kind != "Pod" {
+		t.Fatalf("first event %s %v", ev.Type, ev.Object)
+	}
+	ev.Object.(client.Object).SetName("mutated") // must not touch the store's copy
+	got, err := c.Get(ctx, resources.Pods, "default", "p1")
+	if err != nil || got.GetName() != "p1" {
+		t.Fatalf("Get after mutating an event: %v %v", err, got)
+	}
+	w.Stop()
+	w.Stop()
+	waitClosed(t, w)
+
+	w, err = c.Watch(ctx, resources.Pods, "", client.ListOptions{TimeoutSeconds: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nextEvent(t, w)
+	waitClosed(t, w)
+
+	w, err = c.Watch(ctx, resources.Pods, "", client.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nextEvent(t, w)
+	e.s.Stop()
+	waitClosed(t, w)
+}
+
+func nextEvent(t *testing.T, w watch.Interface) watch.Event {
+	t.Helper()
+	select {
+	case ev, ok := <-w.ResultChan():
+		if !ok {
+			t.Fatal("watch closed, want an event")
+		}
+		return ev
+	case <-time.After(10 * time.Second):
+		t.Fatal("no event within 10s")
+	}
+	return watch.Event{}
+}
+
+func waitClosed(t *testing.T, w watch.Interface) {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case _, ok := <-w.ResultChan():
+			if !ok {
+				return
+			}
+		case <-deadline:
+			t.Fatal("watch not closed within 10s")
+		}
+	}
+}
+
+// TestEnsureNamespaces is idempotent.
+func TestEnsureNamespaces(t *testing.T) {
+	e := newEnv(t)
+	if err := e.s.EnsureNamespaces(context.Background(), "default", "extra"); err != nil {
+		t.Fatal(err)
+	}
+	e.get("/api/v1/namespaces/extra").must(t, http.StatusOK, nil)
+}
