@@ -104,7 +104,8 @@ type Agent struct {
 	source PodSource
 	probe  prober
 
-	pods  *podCache
+	pods *podCache
+	// queue holds the UIDs to sync; made by Run, before any goroutine.
 	queue workqueue.TypedRateLimitingInterface[types.UID]
 
 	// scheme is the runtime's name, the containerID scheme; set by Run.
@@ -156,10 +157,7 @@ func New(cfg Config) (*Agent, error) {
 		lastSeen:  make(map[types.UID]string),
 		relistNow: make(chan struct{}, 1),
 	}
-	a.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
-		workqueue.NewTypedItemExponentialFailureRateLimiter[types.UID](500*time.Millisecond, 30*time.Second),
-		workqueue.TypedRateLimitingQueueConfig[types.UID]{Name: "", Clock: cfg.Clock})
-	a.pods = newPodCache(a.queue.Add, func() {
+	a.pods = newPodCache(a.enqueue, func() {
 		select {
 		case a.relistNow <- struct{}{}:
 		default:
@@ -177,9 +175,11 @@ func New(cfg Config) (*Agent, error) {
 func (a *Agent) Run(ctx context.Context) error {
 	v, err := a.rt.Version(ctx)
 	if err != nil {
-		a.queue.ShutDown()
 		return fmt.Errorf("nodeagent: runtime version: %w", err)
 	}
+	a.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[types.UID](500*time.Millisecond, 30*time.Second),
+		workqueue.TypedRateLimitingQueueConfig[types.UID]{Clock: a.clock})
 	a.scheme = v.Name
 	a.log.Info("agent starting", "runtime", v.Name, "runtimeVersion", v.Version, "workers", a.cfg.Workers)
 
@@ -211,6 +211,14 @@ func (a *Agent) Run(ctx context.Context) error {
 	wg.Wait()
 	a.log.Info("agent stopped")
 	return nil
+}
+
+// enqueue asks for a sync of uid; before Run there is no queue and nothing
+// to do (the first list enqueues every pod).
+func (a *Agent) enqueue(uid types.UID) {
+	if a.queue != nil {
+		a.queue.Add(uid)
+	}
 }
 
 func (a *Agent) processNext(ctx context.Context) bool {

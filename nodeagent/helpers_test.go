@@ -70,7 +70,6 @@ func newEnv(t *testing.T, rcfg rtfake.Config, objs ...resources.Object) *env {
 		t.Fatal(err)
 	}
 	a.scheme = rtfake.Name
-	t.Cleanup(a.queue.ShutDown)
 	return &env{t: t, agent: a, api: api, rt: rt, clock: clk}
 }
 

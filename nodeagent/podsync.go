@@ -65,6 +65,15 @@ type podState struct {
 	deleted bool
 }
 
+// held is the pod status the API holds as far as the agent knows: the
+// cached pod's, or the one last written while the cache has not caught up.
+func (st *podState) held(pod *corev1.Pod) *corev1.PodStatus {
+	if st.written != nil && st.base == pod.ResourceVersion {
+		return st.written
+	}
+	return &pod.Status
+}
+
 func (st *podState) container(name string) *containerState {
 	cs, ok := st.containers[name]
 	if !ok {
@@ -162,8 +171,9 @@ func (a *Agent) syncPod(ctx context.Context, uid types.UID) (time.Duration, erro
 	if err := a.removeUnknown(ctx, pod, obs); err != nil {
 		return 0, err
 	}
-	terminal := pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
-	podIP := a.podIP(pod, obs)
+	held := st.held(pod)
+	terminal := held.Phase == corev1.PodSucceeded || held.Phase == corev1.PodFailed
+	podIP := a.podIP(pod, held, obs)
 	changed := false
 	for i := range pod.Spec.Containers {
 		c := &pod.Spec.Containers[i]

@@ -61,12 +61,12 @@ func (a *Agent) relist(ctx context.Context) {
 		fp := strings.Join(entries, ",")
 		seen[uid] = fp
 		if a.lastSeen[uid] != fp || (synced && !desired[uid]) {
-			a.queue.Add(uid)
+			a.enqueue(uid)
 		}
 	}
 	for uid := range a.lastSeen {
 		if _, ok := seen[uid]; !ok {
-			a.queue.Add(uid)
+			a.enqueue(uid)
 		}
 	}
 	a.lastSeen = seen

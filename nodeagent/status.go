@@ -24,7 +24,7 @@ func mt(t time.Time) metav1.Time {
 
 // podIP is the pod's address: the first container address the runtime
 // reports, the node's with host networking, else the one already reported.
-func (a *Agent) podIP(pod *corev1.Pod, obs observed) string {
+func (a *Agent) podIP(pod *corev1.Pod, held *corev1.PodStatus, obs observed) string {
 	if pod.Spec.HostNetwork {
 		return a.cfg.NodeIP
 	}
@@ -35,7 +35,7 @@ func (a *Agent) podIP(pod *corev1.Pod, obs observed) string {
 			}
 		}
 	}
-	return pod.Status.PodIP
+	return held.PodIP
 }
 
 // terminated renders an exited container.
@@ -58,7 +58,7 @@ func (a *Agent) containerID(id string) string { return a.scheme + "://" + id }
 
 // buildStatus derives the pod status from what was observed and decided.
 func (a *Agent) buildStatus(pod *corev1.Pod, st *podState, obs observed, now time.Time) corev1.PodStatus {
-	status := *pod.Status.DeepCopy()
+	status := *st.held(pod).DeepCopy()
 	var statuses []corev1.ContainerStatus
 	var unready []string
 	for i := range pod.Spec.Containers {
@@ -114,7 +114,7 @@ func (a *Agent) buildStatus(pod *corev1.Pod, st *podState, obs observed, now tim
 		status.HostIP = a.cfg.NodeIP
 		status.HostIPs = []corev1.HostIP{{IP: a.cfg.NodeIP}}
 	}
-	if ip := a.podIP(pod, obs); ip != "" {
+	if ip := a.podIP(pod, st.held(pod), obs); ip != "" {
 		status.PodIP = ip
 		status.PodIPs = []corev1.PodIP{{IP: ip}}
 	}
@@ -201,11 +201,7 @@ func podPhase(policy corev1.RestartPolicy, statuses []corev1.ContainerStatus) co
 // writeStatus writes status through the /status subresource when it differs
 // from what the API holds.
 func (a *Agent) writeStatus(ctx context.Context, pod *corev1.Pod, st *podState, status corev1.PodStatus) error {
-	held := &pod.Status
-	if st.written != nil && st.base == pod.ResourceVersion {
-		held = st.written
-	}
-	if equality.Semantic.DeepEqual(*held, status) {
+	if equality.Semantic.DeepEqual(*st.held(pod), status) {
 		return nil
 	}
 	next := pod.DeepCopy()

@@ -1,0 +1,163 @@
+package nodeagent
+
+import (
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/everynode/everynode/nodeagent/runtime"
+	rtfake "github.com/everynode/everynode/nodeagent/runtime/fake"
+)
+
+func TestContainerSpec(t *testing.T) {
+	e := newEnv(t, rtfake.Config{})
+	yes := true
+	pod := newPod("spec", withAnnotations("a", "1"), func(p *corev1.Pod) {
+		p.Labels = map[string]string{"app": "web"}
+		p.Status.PodIP = "10.1.2.3"
+		p.Spec.HostPID = true
+		p.Spec.Volumes = []corev1.Volume{
+			{Name: "logs", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/var/log"}}},
+			{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+			{Name: "mem", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory}}},
+		}
+		c := &p.Spec.Containers[0]
+		c.Command = []string{"/bin/app", "--node=$(NODE)"}
+		c.Args = []string{"--pod=$(POD)", "$$(NODE)", "$(UNDEFINED)"}
+		c.WorkingDir = "/work"
+		c.Env = []corev1.EnvVar{
+			{Name: "NODE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}},
+			{Name: "POD", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
+			{Name: "HOST_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.hostIP"}}},
+			{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}},
+			{Name: "APP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.labels['app']"}}},
+			{Name: "MEM", ValueFrom: &corev1.EnvVarSource{ResourceFieldRef: &corev1.ResourceFieldSelector{Resource: "limits.memory", Divisor: resource.MustParse("1Mi")}}},
+			{Name: "CPU", ValueFrom: &corev1.EnvVarSource{ResourceFieldRef: &corev1.ResourceFieldSelector{Resource: "limits.cpu"}}},
+			{Name: "GREETING", Value: "hello $(POD)"},
+		}
+		c.Ports = []corev1.ContainerPort{{Name: "http", ContainerPort: 8080, HostPort: 80, Protocol: corev1.ProtocolTCP}}
+		c.VolumeMounts = []corev1.VolumeMount{
+			{Name: "logs", MountPath: "/host/log", ReadOnly: true},
+			{Name: "scratch", MountPath: "/scratch", SubPath: "x"},
+			{Name: "mem", MountPath: "/dev/shm"},
+		}
+		c.Resources.Limits = corev1.ResourceList{
+			corev1.ResourceCPU:    resource.MustParse("500m"),
+			corev1.ResourceMemory: resource.MustParse("64Mi"),
+		}
+		c.SecurityContext = &corev1.SecurityContext{
+			Privileged:   &yes,
+			Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"NET_ADMIN"}, Drop: []corev1.Capability{"ALL"}},
+		}
+	})
+	got, err := e.agent.containerSpec(pod, &pod.Spec.Containers[0], 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := runtime.ContainerSpec{
+		Name: "app", Image: "busybox:1.36",
+		Command:    []string{"/bin/app", "--node=n1"},
+		Args:       []string{"--pod=spec", "$(NODE)", "$(UNDEFINED)"},
+		WorkingDir: "/work",
+		Hostname:   "spec",
+		Env: []runtime.EnvVar{
+			{Name: "NODE", Value: "n1"}, {Name: "POD", Value: "spec"}, {Name: "HOST_IP", Value: "192.0.2.10"},
+			{Name: "POD_IP", Value: "10.1.2.3"}, {Name: "APP", Value: "web"}, {Name: "MEM", Value: "64"},
+			{Name: "CPU", Value: "1"}, {Name: "GREETING", Value: "hello spec"},
+		},
+		Ports:   []runtime.Port{{Name: "http", ContainerPort: 8080, HostPort: 80, Protocol: "TCP"}},
+		HostPID: true,
+		Mounts: []runtime.Mount{
+			{Type: runtime.MountBind, Source: "/var/log", Target: "/host/log", ReadOnly: true},
+			{Type: runtime.MountEmptyDir, Source: filepath.Join(e.agent.cfg.DataDir, "pods", "uid-spec", "volumes", "scratch", "x"), Target: "/scratch"},
+			{Type: runtime.MountTmpfs, Target: "/dev/shm"},
+		},
+		Resources:  runtime.Resources{CPUMillis: 500, MemoryBytes: 64 << 20},
+		Privileged: true,
+		CapAdd:     []string{"NET_ADMIN"},
+		CapDrop:    []string{"ALL"},
+		Labels: map[string]string{
+			runtime.LabelNode: "n1", runtime.LabelPodNamespace: "default", runtime.LabelPodName: "spec",
+			runtime.LabelPodUID: "uid-spec", runtime.LabelContainer: "app", runtime.LabelAttempt: "3",
+		},
+		Annotations: map[string]string{"a": "1"},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("containerSpec:\n got %+v\nwant %+v", got, want)
+	}
+}
+
+func TestContainerSpecUnsupported(t *testing.T) {
+	tests := []struct {
+		name string
+		mod  func(*corev1.Pod)
+		want string
+	}{
+		{"secret env", func(p *corev1.Pod) {
+			p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "X", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{Key: "k"}}}}
+		}, "only fieldRef"},
+		{"envFrom", func(p *corev1.Pod) {
+			p.Spec.Containers[0].EnvFrom = []corev1.EnvFromSource{{}}
+		}, "envFrom"},
+		{"configMap volume", func(p *corev1.Pod) {
+			p.Spec.Volumes = []corev1.Volume{{Name: "cfg", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{}}}}
+			p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "cfg", MountPath: "/cfg"}}
+		}, "only hostPath and emptyDir"},
+		{"bad fieldPath", func(p *corev1.Pod) {
+			p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "X", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nope"}}}}
+		}, "unsupported fieldPath"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t, rtfake.Config{})
+			e.seed(newPod("bad", tt.mod))
+			p, _ := e.sync("bad")
+			s := cstatus(t, p)
+			if waitingReason(s) != reasonCreateConfigError || !strings.Contains(s.State.Waiting.Message, tt.want) {
+				t.Errorf("status %+v, want %s mentioning %q", s.State, reasonCreateConfigError, tt.want)
+			}
+			if n := e.rt.CountCalls("CreateContainer"); n != 0 {
+				t.Errorf("%d creates", n)
+			}
+		})
+	}
+}
+
+func TestExpand(t *testing.T) {
+	vars := map[string]string{"A": "x", "B": "$(A)"}
+	tests := []struct{ in, want string }{
+		{"plain", "plain"},
+		{"$(A)", "x"},
+		{"a$(A)b$(B)", "axb$(A)"},
+		{"$$(A)", "$(A)"},
+		{"$(C)", "$(C)"},
+		{"$(A", "$(A"},
+		{"cost $5", "cost $5"},
+		{"end$", "end$"},
+	}
+	for _, tt := range tests {
+		if got := expand(tt.in, vars); got != tt.want {
+			t.Errorf("expand(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}
+
+func TestPullPolicyDefault(t *testing.T) {
+	tests := map[string]corev1.PullPolicy{
+		"busybox":                     corev1.PullAlways,
+		"busybox:latest":              corev1.PullAlways,
+		"busybox:1.36":                corev1.PullIfNotPresent,
+		"localhost:5000/app":          corev1.PullAlways,
+		"localhost:5000/app:v1":       corev1.PullIfNotPresent,
+		"app@sha256:0123456789abcdef": corev1.PullIfNotPresent,
+	}
+	for image, want := range tests {
+		if got := pullPolicy(&corev1.Container{Image: image}); got != want {
+			t.Errorf("pullPolicy(%q) = %s, want %s", image, got, want)
+		}
+	}
+}
