@@ -125,7 +125,7 @@ func (c *ServerCommand) Run(ctx context.Context, args []string, std IO) error {
 		return withFix(err, "check the data dir "+dataDir)
 	}
 
-	st, err := store.Open(ctx, store.Config{DataDir: dataDir, Endpoints: splitList(c.endpoints), Logger: log.With("component", "store")})
+	st, err := store.Open(ctx, store.Config{DataDir: dataDir, Endpoints: splitList(c.endpoints), Logger: log})
 	if err != nil {
 		return withFix(fmt.Errorf("cannot open the store: %w", err), "check --etcd-endpoints, or that no other server uses "+dataDir)
 	}
@@ -168,8 +168,10 @@ func (c *ServerCommand) Run(ctx context.Context, args []string, std IO) error {
 		return err
 	}
 	log.Info("API ready", "url", url, "kubeconfig", kubeconfigPath)
-	if !c.noAgent {
-		log.Warn("no local agent runs yet: this build has no node agent, so the server runs as with --no-agent; join agents when they ship")
+	if c.noAgent {
+		log.Info("no local agent (--no-agent)")
+	} else {
+		log.Warn("no local agent runs yet: this build has no node agent, so the server runs as with --no-agent")
 	}
 	if c.gossip != "" {
 		log.Warn("--gossip is accepted but gossip membership is not wired into this build yet", "gossip", c.gossip)

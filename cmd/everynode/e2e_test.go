@@ -1,0 +1,242 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/util/strategicpatch"
+	"sigs.k8s.io/yaml"
+
+	"github.com/everynode/everynode/cmd/everynode/internal/cli"
+)
+
+// syncBuffer is a bytes.Buffer safe for the server goroutine and the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// runningServer is an in-process "everynode server".
+type runningServer struct {
+	cancel     context.CancelFunc
+	done       chan error
+	out, log   *syncBuffer
+	kubeconfig string
+}
+
+func startServer(t *testing.T, dataDir string) *runningServer {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &runningServer{cancel: cancel, done: make(chan error, 1), out: &syncBuffer{}, log: &syncBuffer{},
+		kubeconfig: filepath.Join(dataDir, cli.AdminKubeconfigFile)}
+	// A kubeconfig left by an earlier run names its old port.
+	if err := os.Remove(s.kubeconfig); err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Fatal(err)
+	}
+	m := &cli.Main{Getenv: func(string) string { return "" }}
+	go func() {
+		s.done <- m.Run(ctx, []string{"server", "--data-dir", dataDir, "--listen", "127.0.0.1:0", "--log-level", "warn"},
+			nil, s.out, s.log)
+	}()
+	t.Cleanup(func() { s.stop(t) })
+	// Poll for the kubeconfig: the server writes it once /readyz answers.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if _, err := os.Stat(s.kubeconfig); err == nil {
+			return s
+		}
+		select {
+		case err := <-s.done:
+			s.done <- err
+			t.Fatalf("server exited before it was ready: %v\nlog:\n%s", err, s.log.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s after 60s; log:\n%s", s.kubeconfig, s.log.String())
+		}
+	}
+}
+
+func (s *runningServer) stop(t *testing.T) {
+	t.Helper()
+	s.cancel()
+	select {
+	case err := <-s.done:
+		s.done <- err
+		if err != nil {
+			t.Errorf("server exited with %v\nlog:\n%s", err, s.log.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Errorf("server did not stop within 30s; log:\n%s", s.log.String())
+	}
+}
+
+// run executes one client verb against the server and returns stdout and the error.
+func (s *runningServer) run(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	m := &cli.Main{Getenv: func(k string) string {
+		if k == "KUBECONFIG" {
+			return s.kubeconfig
+		}
+		return ""
+	}}
+	err := m.Run(context.Background(), args, strings.NewReader(""), &out, &errOut)
+	return out.String(), err
+}
+
+func (s *runningServer) mustRun(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := s.run(t, args...)
+	if err != nil {
+		t.Fatalf("everynode %s: %s", strings.Join(args, " "), cli.FormatError(err))
+	}
+	return out
+}
+
+func TestEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts embedded etcd")
+	}
+	dataDir := t.TempDir()
+	srv := startServer(t, dataDir)
+	if out := srv.out.String(); !strings.Contains(out, "everynode agent --server https://127.0.0.1:") || !strings.Contains(out, "join-token") {
+		t.Errorf("welcome text lacks the join command:\n%s", out)
+	}
+	if !strings.Contains(srv.log.String(), "no local agent runs yet") {
+		t.Errorf("log does not say that no agent runs:\n%s", srv.log.String())
+	}
+
+	out := srv.mustRun(t, "apply", "-f", "testdata")
+	if want := "daemonset.apps/fluentd-elasticsearch created\ndaemonset.apps/redis-ds created\n"; out != want {
+		t.Fatalf("apply printed %q, want %q", out, want)
+	}
+	out = srv.mustRun(t, "apply", "-f", "testdata/redis-ds.yaml")
+	if want := "daemonset.apps/redis-ds unchanged\n"; out != want {
+		t.Fatalf("second apply printed %q, want %q", out, want)
+	}
+
+	// Read back: every field of each manifest is kept, plus the defaults.
+	var list struct {
+		Kind  string             `json:"kind"`
+		Items []appsv1.DaemonSet `json:"items"`
+	}
+	if err := json.Unmarshal([]byte(srv.mustRun(t, "get", "ds", "-A", "-o", "json")), &list); err != nil {
+		t.Fatal(err)
+	}
+	if list.Kind != "List" || len(list.Items) != 2 {
+		t.Fatalf("get -A -o json: kind %q, %d items", list.Kind, len(list.Items))
+	}
+	for _, want := range []struct{ file, ns, name string }{
+		{"testdata/fluentd-elasticsearch.yaml", "kube-system", "fluentd-elasticsearch"},
+		{"testdata/redis-ds.yaml", "default", "redis-ds"},
+	} {
+		var got *appsv1.DaemonSet
+		for i := range list.Items {
+			if list.Items[i].Namespace == want.ns && list.Items[i].Name == want.name {
+				got = &list.Items[i]
+			}
+		}
+		if got == nil {
+			t.Fatalf("%s/%s not in get -A output", want.ns, want.name)
+		}
+		checkContainsManifest(t, want.file, got)
+		if got.UID == "" || got.Generation != 1 || got.Spec.RevisionHistoryLimit == nil || *got.Spec.RevisionHistoryLimit != 10 ||
+			got.Spec.UpdateStrategy.Type != appsv1.RollingUpdateDaemonSetStrategyType ||
+			got.Spec.Template.Spec.RestartPolicy != "Always" || got.Spec.Template.Spec.Containers[0].ImagePullPolicy == "" {
+			t.Errorf("%s: server fields or defaults missing: %+v", want.name, got.Spec)
+		}
+	}
+
+	out = srv.mustRun(t, "get", "ds", "-n", "kube-system")
+	if !strings.HasPrefix(out, "NAME                    DESIRED   CURRENT   READY   UP-TO-DATE   AVAILABLE   NODE SELECTOR   AGE\nfluentd-elasticsearch   ") {
+		t.Errorf("get ds -n kube-system:\n%s", out)
+	}
+	if out := srv.mustRun(t, "describe", "ds", "redis-ds"); !strings.Contains(out, "redis:5-alpine") || !strings.Contains(out, "Events:") {
+		t.Errorf("describe:\n%s", out)
+	}
+	if out := srv.mustRun(t, "version"); !strings.Contains(out, "Server Version: v1.32") {
+		t.Errorf("version:\n%s", out)
+	}
+
+	if out := srv.mustRun(t, "delete", "ds", "redis-ds"); out != "daemonset.apps \"redis-ds\" deleted\n" {
+		t.Errorf("delete printed %q", out)
+	}
+	_, err := srv.run(t, "get", "ds", "redis-ds")
+	if got := cli.FormatError(err); got != `Error from server (NotFound): daemonsets.apps "redis-ds" not found` {
+		t.Errorf("get after delete: %q", got)
+	}
+
+	// Restart on the same data dir: same CA, data kept.
+	ca1, err := os.ReadFile(filepath.Join(dataDir, "ca.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.stop(t)
+	srv = startServer(t, dataDir)
+	ca2, err := os.ReadFile(filepath.Join(dataDir, "ca.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(ca1, ca2) {
+		t.Fatal("restart changed ca.crt")
+	}
+	if out := srv.mustRun(t, "get", "ds", "-A", "-o", "name"); out != "daemonset.apps/fluentd-elasticsearch\n" {
+		t.Errorf("after restart, get -o name printed %q", out)
+	}
+}
+
+// checkContainsManifest asserts that got holds every field of the manifest:
+// merging the manifest onto got changes nothing.
+func checkContainsManifest(t *testing.T, file string, got *appsv1.DaemonSet) {
+	t.Helper()
+	y, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	manifest, err := yaml.YAMLToJSON(y)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gotJSON, err := json.Marshal(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	merged, err := strategicpatch.StrategicMergePatch(gotJSON, manifest, appsv1.DaemonSet{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var after appsv1.DaemonSet
+	if err := json.Unmarshal(merged, &after); err != nil {
+		t.Fatal(err)
+	}
+	after.TypeMeta = got.TypeMeta
+	if !apiequality.Semantic.DeepEqual(&after, got) {
+		a, _ := json.MarshalIndent(&after, "", " ")
+		b, _ := json.MarshalIndent(got, "", " ")
+		t.Errorf("%s: read-back object lacks manifest fields\nmanifest merged:\n%s\nread back:\n%s", file, a, b)
+	}
+}
+
