@@ -239,4 +239,3 @@ func checkContainsManifest(t *testing.T, file string, got *appsv1.DaemonSet) {
 		t.Errorf("%s: read-back object lacks manifest fields\nmanifest merged:\n%s\nread back:\n%s", file, a, b)
 	}
 }
-
