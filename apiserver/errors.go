@@ -71,7 +71,11 @@ func (s *Server) storeStatus(e *store.Error) metav1.Status {
 	case store.IsConflict(e):
 		return apierrors.NewConflict(gr, e.Name, errors.New(conflictMessage)).ErrStatus
 	case store.IsGone(e):
-		return apierrors.NewResourceExpired("too old resource version").ErrStatus
+		msg := "too old resource version"
+		if e.Err != nil {
+			msg = e.Err.Error() // "too old resource version: 5 (10)", as Kubernetes says
+		}
+		return apierrors.NewResourceExpired(msg).ErrStatus
 	case e.Kind == store.Invalid:
 		return apierrors.NewBadRequest(e.Error()).ErrStatus
 	}

@@ -2,8 +2,10 @@ package apiserver
 
 import (
 	"context"
+	"crypto/tls"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -163,5 +165,57 @@ func TestWatchCountMetric(t *testing.T) {
 	}
 	if n := e.s.metrics.watches.Load(); n != 0 {
 		t.Errorf("watches %d after the stream ended", n)
+	}
+}
+
+// TestWatchGone: a resourceVersion the store cannot serve ends the stream
+// with an ERROR event carrying a 410 Status, as Kubernetes does.
+func TestWatchGone(t *testing.T) {
+	e := newEnv(t)
+	w := e.watch(podsPath + "?watch=true&resourceVersion=999999999")
+	ev := w.next()
+	if m := ev.meta(t); ev.Type != "ERROR" || m.Kind != "Status" || m.APIVersion != "v1" || m.Code != http.StatusGone {
+		t.Fatalf("want ERROR with a 410 Status, got %s %s", ev.Type, ev.Object)
+	}
+	w.waitEnd(5 * time.Second)
+}
+
+// TestRunTLS: Run serves over TLS (HTTP/2 when negotiated) and streams watches.
+func TestRunTLS(t *testing.T) {
+	e := newEnv(t)
+	certSrv := httptest.NewTLSServer(http.NotFoundHandler()) // borrowed certificate and trusting client
+	defer certSrv.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Config{Store: e.st, Authenticator: tokens{adminToken: {Name: "admin"}}, Logger: testLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	runErr := make(chan error, 1)
+	go func() { runErr <- s.Run(ctx, ln, &tls.Config{Certificates: certSrv.TLS.Certificates}) }()
+	defer func() {
+		cancel()
+		if err := <-runErr; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	e.createPod(newPod("p", ""))
+	tr := certSrv.Client().Transport.(*http.Transport).Clone()
+	tr.ForceAttemptHTTP2 = true
+	hc := &http.Client{Transport: tr}
+	defer tr.CloseIdleConnections()
+	w := openStream(t, hc, "https://"+ln.Addr().String()+podsPath+"?watch=true")
+	if ev := w.next(); ev.Type != "ADDED" {
+		t.Fatalf("got %s", ev.Type)
+	}
+	if w.res.ProtoMajor != 2 {
+		t.Errorf("protocol %s, want HTTP/2", w.res.Proto)
+	}
+	e.createPod(newPod("p2", ""))
+	if ev := w.next(); ev.Type != "ADDED" || ev.meta(t).Metadata.Name != "p2" {
+		t.Fatalf("got %s %s", ev.Type, ev.Object)
 	}
 }
