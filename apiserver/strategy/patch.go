@@ -68,29 +68,43 @@ func applyPatch(r *resources.Resource, cur resources.Object, pt types.PatchType,
 		return nil, apierrors.NewInternalError(fmt.Errorf("strategy: patch: encode current %s: %w", r.Kind, err))
 	}
 
-	var patched []byte
-	switch pt {
-	case types.StrategicMergePatchType:
-		patched, err = strategicpatch.StrategicMergePatch(curJSON, patch, r.New())
-		if err != nil {
-			return nil, strategicPatchError(err)
+	patched, err := safely(func() ([]byte, error) {
+		switch pt {
+		case types.StrategicMergePatchType:
+			out, err := strategicpatch.StrategicMergePatch(curJSON, patch, r.New())
+			if err != nil {
+				return nil, strategicPatchError(err)
+			}
+			return out, nil
+		case types.MergePatchType:
+			out, err := jsonpatch.MergePatch(curJSON, patch)
+			if err != nil {
+				return nil, apierrors.NewBadRequest(err.Error())
+			}
+			return out, nil
+		default:
+			return applyJSONPatch(curJSON, patch)
 		}
-	case types.MergePatchType:
-		patched, err = jsonpatch.MergePatch(curJSON, patch)
-		if err != nil {
-			return nil, apierrors.NewBadRequest(err.Error())
-		}
-	case types.JSONPatchType:
-		patched, err = applyJSONPatch(curJSON, patch)
-		if err != nil {
-			return nil, err
-		}
+	})
+	if err != nil {
+		return nil, err
 	}
 	obj, err := decodeJSON(r, patched, strict)
 	if err != nil {
 		return nil, asStatus(err)
 	}
 	return obj, nil
+}
+
+// safely runs a patch library call, turning a panic inside the library (the
+// JSON patch library has crashed on degenerate operations) into a 422.
+func safely(apply func() ([]byte, error)) (out []byte, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			out, err = nil, unprocessable(fmt.Sprintf("the patch cannot be applied: %v", p))
+		}
+	}()
+	return apply()
 }
 
 // strategicPatchError maps strategic merge patch errors as the Kubernetes API
@@ -118,8 +132,15 @@ func applyJSONPatch(doc, patch []byte) ([]byte, error) {
 			fmt.Sprintf("The allowed maximum operations in a JSON patch is %d, got %d", MaxJSONPatchOperations, len(ops)))
 	}
 	hasCopy := false
-	for _, op := range ops {
-		hasCopy = hasCopy || op.Kind() == "copy"
+	for i, op := range ops {
+		switch op.Kind() {
+		case "copy":
+			hasCopy = true
+		case "add", "replace", "test":
+			if _, ok := op["value"]; !ok {
+				return nil, apierrors.NewBadRequest(fmt.Sprintf("JSON patch operation %d (%s %q) has no value", i, op.Kind(), pathOf(op)))
+			}
+		}
 	}
 	if !hasCopy {
 		out, err := ops.Apply(doc)
@@ -140,6 +161,15 @@ func applyJSONPatch(doc, patch []byte) ([]byte, error) {
 		}
 	}
 	return doc, nil
+}
+
+// pathOf returns an operation's path for messages.
+func pathOf(op jsonpatch.Operation) string {
+	p, err := op.Path()
+	if err != nil {
+		return ""
+	}
+	return p
 }
 
 // unprocessable is a 422 without field causes, as Kubernetes returns for

@@ -287,6 +287,7 @@ func TestPatchErrors(t *testing.T) {
 		{"json patch not a list", types.JSONPatchType, `{"op":"add"}`, false, http.StatusBadRequest, ""},
 		{"json patch missing path", types.JSONPatchType, `[{"op":"remove","path":"/spec/nothing/here"}]`, false, http.StatusUnprocessableEntity, ""},
 		{"json patch failed test", types.JSONPatchType, `[{"op":"test","path":"/metadata/name","value":"other"}]`, false, http.StatusUnprocessableEntity, "test"},
+		{"json patch replace without value", types.JSONPatchType, `[{"op":"replace","path":""}]`, false, http.StatusBadRequest, "has no value"},
 		{"json patch unknown op", types.JSONPatchType, `[{"op":"explode","path":"/a"}]`, false, http.StatusUnprocessableEntity, ""},
 		{"merge changes kind", types.MergePatchType, `{"kind":"Pod"}`, false, http.StatusBadRequest, "the kind in the data (Pod) does not match the expected kind (DaemonSet)"},
 		{"strategic changes apiVersion", types.StrategicMergePatchType, `{"apiVersion":"apps/v1beta2"}`, false, http.StatusBadRequest,
@@ -333,4 +334,12 @@ func copyBomb() string {
 		b = append(b, `,{"op":"copy","from":"/metadata/annotations/a","path":"/metadata/annotations/a/-"}`...)
 	}
 	return string(append(b, ']'))
+}
+
+func TestSafelyRecoversLibraryPanics(t *testing.T) {
+	out, err := safely(func() ([]byte, error) { panic("boom") })
+	if out != nil {
+		t.Errorf("output %q", out)
+	}
+	wantStatus(t, err, http.StatusUnprocessableEntity, "the patch cannot be applied: boom")
 }
