@@ -1,0 +1,221 @@
+package daemonset
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/flowcontrol"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
+
+	"github.com/everynode/everynode/client"
+	"github.com/everynode/everynode/resources"
+)
+
+// BackoffGCInterval is how often expired failed-pod back-off entries are dropped.
+const BackoffGCInterval = time.Minute
+
+// Config configures a Controller.
+type Config struct {
+	// Client is the API. Required. The controller lists and watches
+	// daemonsets, pods, nodes and controllerrevisions in all namespaces and
+	// writes pods, revisions, daemonset status and events.
+	Client client.Interface
+	// Logger receives the controller's logs; nil discards them.
+	Logger *slog.Logger
+	// Clock drives back-off, minReadySeconds and expectations; nil is the real clock.
+	Clock clock.WithTicker
+}
+
+// Controller is the DaemonSet controller: the sample-controller skeleton
+// around Kubernetes' syncDaemonSet. Create it with New and start it once with Run.
+type Controller struct {
+	client     client.Interface
+	podControl podControl
+	recorder   eventRecorder
+	logger     *slog.Logger
+	clock      clock.WithTicker
+
+	burstReplicas     int
+	failedPodsBackoff *flowcontrol.Backoff
+	expectations      *expectations
+
+	informers []cache.SharedIndexInformer
+	dsStore   cache.Indexer
+	podStore  cache.Indexer
+	nodeStore cache.Indexer
+	crStore   cache.Indexer
+
+	queue workqueue.TypedRateLimitingInterface[string]
+
+	// runRecorder writes events in production; nil when tests replace the recorder.
+	runRecorder func(context.Context)
+}
+
+// New builds a Controller. Nothing runs until Run.
+func New(cfg Config) (*Controller, error) {
+	if cfg.Client == nil {
+		return nil, errors.New("daemonset controller: Config.Client is required")
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	clk := cfg.Clock
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	rec := newClientRecorder(cfg.Client, clk, logger)
+	c := &Controller{
+		client:            cfg.Client,
+		recorder:          rec,
+		runRecorder:       rec.run,
+		logger:            logger,
+		clock:             clk,
+		burstReplicas:     BurstReplicas,
+		failedPodsBackoff: flowcontrol.NewFakeBackOff(FailedPodBackoffInitial, FailedPodBackoffMax, clk),
+		expectations:      newExpectations(clk),
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Clock: clk}),
+	}
+	c.podControl = clientPodControl{client: cfg.Client, recorder: rec}
+
+	dsInf := newInformer(cfg.Client, resources.DaemonSets)
+	podInf := newInformer(cfg.Client, resources.Pods)
+	nodeInf := newInformer(cfg.Client, resources.Nodes)
+	crInf := newInformer(cfg.Client, resources.ControllerRevisions)
+	c.informers = []cache.SharedIndexInformer{dsInf, podInf, nodeInf, crInf}
+	c.dsStore, c.podStore, c.nodeStore, c.crStore = dsInf.GetIndexer(), podInf.GetIndexer(), nodeInf.GetIndexer(), crInf.GetIndexer()
+
+	for _, reg := range []struct {
+		inf cache.SharedIndexInformer
+		h   cache.ResourceEventHandlerFuncs
+	}{
+		{dsInf, cache.ResourceEventHandlerFuncs{AddFunc: c.addDaemonSet, UpdateFunc: c.updateDaemonSet, DeleteFunc: c.deleteDaemonSet}},
+		{podInf, cache.ResourceEventHandlerFuncs{AddFunc: c.addPod, UpdateFunc: c.updatePod, DeleteFunc: c.deletePod}},
+		{nodeInf, cache.ResourceEventHandlerFuncs{AddFunc: c.addNode, UpdateFunc: c.updateNode, DeleteFunc: c.deleteNode}},
+		{crInf, cache.ResourceEventHandlerFuncs{AddFunc: c.addHistory, UpdateFunc: c.updateHistory, DeleteFunc: c.deleteHistory}},
+	} {
+		if _, err := reg.inf.AddEventHandler(reg.h); err != nil {
+			return nil, fmt.Errorf("daemonset controller: add event handler: %w", err)
+		}
+	}
+	return c, nil
+}
+
+// Run starts the informers, waits for their caches, runs workers sync
+// workers and blocks until ctx ends; it returns after every goroutine it
+// started has stopped. It returns ctx's error if the caches never synced.
+// Run may be called once.
+func (c *Controller) Run(ctx context.Context, workers int) error {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer c.queue.ShutDown()
+
+	for _, inf := range c.informers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			inf.RunWithContext(ctx)
+		}()
+	}
+	if c.runRecorder != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.runRecorder(ctx)
+		}()
+	}
+	synced := make([]cache.InformerSynced, len(c.informers))
+	for i, inf := range c.informers {
+		synced[i] = inf.HasSynced
+	}
+	c.logger.Info("daemonset controller: waiting for caches")
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+		return fmt.Errorf("daemonset controller: caches did not sync: %w", ctx.Err())
+	}
+	c.logger.Info("daemonset controller: started", "workers", workers)
+	for i := 0; i < workers; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for c.processNextWorkItem(ctx) {
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := c.clock.NewTicker(BackoffGCInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C():
+				c.failedPodsBackoff.GC()
+			}
+		}
+	}()
+	<-ctx.Done()
+	c.logger.Info("daemonset controller: stopping")
+	return nil
+}
+
+func (c *Controller) processNextWorkItem(ctx context.Context) bool {
+	key, shutdown := c.queue.Get()
+	if shutdown {
+		return false
+	}
+	defer c.queue.Done(key)
+	if err := c.sync(ctx, key); err != nil {
+		if ctx.Err() == nil {
+			c.logger.Warn("daemonset sync failed; will retry", "daemonset", key, "err", err)
+		}
+		c.queue.AddRateLimited(key)
+		return true
+	}
+	c.queue.Forget(key)
+	return true
+}
+
+func dsKey(ds *appsv1.DaemonSet) string { return ds.Namespace + "/" + ds.Name }
+
+func (c *Controller) enqueue(ds *appsv1.DaemonSet) { c.queue.Add(dsKey(ds)) }
+
+func (c *Controller) enqueueAfter(ds *appsv1.DaemonSet, d time.Duration) { c.queue.AddAfter(dsKey(ds), d) }
+
+// listNodes returns the cached nodes sorted by name (read-only).
+func (c *Controller) listNodes() []*corev1.Node {
+	objs := c.nodeStore.List()
+	nodes := make([]*corev1.Node, 0, len(objs))
+	for _, o := range objs {
+		nodes = append(nodes, o.(*corev1.Node))
+	}
+	sort.Slice(nodes, func(i, j int) bool { return nodes[i].Name < nodes[j].Name })
+	return nodes
+}
+
+// listDaemonSets returns the cached DaemonSets (read-only), optionally of one namespace.
+func (c *Controller) listDaemonSets(namespace string) []*appsv1.DaemonSet {
+	var objs []any
+	if namespace == "" {
+		objs = c.dsStore.List()
+	} else {
+		objs, _ = c.dsStore.ByIndex(namespaceIndex, namespace)
+	}
+	out := make([]*appsv1.DaemonSet, 0, len(objs))
+	for _, o := range objs {
+		out = append(out, o.(*appsv1.DaemonSet))
+	}
+	sort.Slice(out, func(i, j int) bool { return dsKey(out[i]) < dsKey(out[j]) })
+	return out
+}

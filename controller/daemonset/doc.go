@@ -1,0 +1,31 @@
+// Package daemonset is everynode's DaemonSet controller: Kubernetes'
+// pkg/controller/daemon behaviour (shared/REFERENCE-daemonset.md) on the
+// sample-controller skeleton, speaking to the API only through client.Interface.
+//
+// Files by concern:
+//   - controller.go: Config, New, Run, the work queue and workers.
+//   - listwatch.go:  client-go informers fed by client.Interface List+Watch.
+//   - handlers.go:   informer event handlers; they only enqueue keys (§2.1).
+//   - sync.go:       the level-triggered sync of one DaemonSet (§2.2).
+//   - eligibility.go: NodeShouldRunDaemonPod and the automatic tolerations (§1).
+//   - pods.go:       readiness, availability, the created pod's shape (§2.7, §3.1–3.2).
+//   - claim.go:      adoption and release by selector and ownerReference (§2.3–2.4).
+//   - manage.go:     podsShouldBeOnNode, burst cap, slow start, expectations use (§2.5–2.6).
+//   - expectations.go: the stale-cache guard (§2.8).
+//   - rolling.go:    RollingUpdate budgets and plans (§3).
+//   - history.go:    ControllerRevisions: hash, data, dedup, cleanup (§4).
+//   - status.go:     status counters and the write (§5).
+//   - control.go:    podControl and the event recorder over the client.
+//
+// Deliberate differences from Kubernetes:
+//   - Created pods are bound directly: spec.nodeName is set (there is no
+//     scheduler), next to the matchFields node affinity Kubernetes writes.
+//   - Nodes, and during rolling updates node-to-pod maps, are visited in name
+//     order instead of Go map order, so every decision is deterministic.
+//   - Node deletion re-syncs the DaemonSets that ran or wanted a pod there, so
+//     status follows at once (Kubernetes waits for pod GC events).
+//   - Events are written one by one from a bounded queue (no aggregation or
+//     spam filtering as in client-go's broadcaster).
+//
+// The controller is safe for concurrent use; Run may be called once.
+package daemonset

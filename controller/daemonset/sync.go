@@ -1,0 +1,78 @@
+package daemonset
+
+import (
+	"context"
+	"fmt"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
+)
+
+// sync reconciles one DaemonSet, level-triggered (REFERENCE §2.2). It
+// returns an error exactly when the key should be retried with back-off.
+func (c *Controller) sync(ctx context.Context, key string) error {
+	if _, _, err := cache.SplitMetaNamespaceKey(key); err != nil {
+		c.logger.Error("invalid daemonset key", "key", key, "err", err)
+		return nil
+	}
+	obj, exists, err := c.dsStore.GetByKey(key)
+	if err != nil {
+		return fmt.Errorf("get daemonset %s from cache: %w", key, err)
+	}
+	if !exists {
+		c.expectations.Delete(key)
+		return nil
+	}
+	ds := obj.(*appsv1.DaemonSet) // cache object: read-only
+	nodes := c.listNodes()
+
+	if ds.Spec.Selector != nil && equality.Semantic.DeepEqual(*ds.Spec.Selector, metav1.LabelSelector{}) {
+		c.recorder.Eventf(ctx, ds, corev1.EventTypeWarning, ReasonSelectingAll,
+			"This daemon set is selecting all pods. A non-empty selector is required.")
+		return nil
+	}
+	if ds.DeletionTimestamp != nil {
+		return nil
+	}
+
+	cur, old, err := c.constructHistory(ctx, ds)
+	if err != nil {
+		return fmt.Errorf("failed to construct revisions of daemonset %s: %w", key, err)
+	}
+	hash := cur.Labels[RevisionHashLabel]
+
+	if !c.expectations.Satisfied(key) {
+		return c.updateDaemonSetStatus(ctx, ds, nodes, hash, false)
+	}
+	err = c.manageAndUpdate(ctx, ds, nodes, hash, key, old)
+	statusErr := c.updateDaemonSetStatus(ctx, ds, nodes, hash, true)
+	switch {
+	case err != nil && statusErr != nil:
+		c.logger.Warn("daemonset status update failed", "daemonset", key, "err", statusErr)
+		return err
+	case err != nil:
+		return err
+	default:
+		return statusErr
+	}
+}
+
+// manageAndUpdate is Kubernetes' updateDaemonSet: manage, then (with
+// expectations satisfied) the update strategy, then history cleanup.
+func (c *Controller) manageAndUpdate(ctx context.Context, ds *appsv1.DaemonSet, nodes []*corev1.Node, hash, key string, old []*appsv1.ControllerRevision) error {
+	if err := c.manage(ctx, ds, nodes, hash); err != nil {
+		return err
+	}
+	if c.expectations.Satisfied(key) && ds.Spec.UpdateStrategy.Type == appsv1.RollingUpdateDaemonSetStrategyType {
+		if err := c.rollingUpdate(ctx, ds, nodes, hash); err != nil {
+			return err
+		}
+	}
+	if err := c.cleanupHistory(ctx, ds, old); err != nil {
+		return fmt.Errorf("failed to clean up revisions of daemonset %s: %w", key, err)
+	}
+	return nil
+}
