@@ -191,7 +191,9 @@ func dsKey(ds *appsv1.DaemonSet) string { return ds.Namespace + "/" + ds.Name }
 
 func (c *Controller) enqueue(ds *appsv1.DaemonSet) { c.queue.Add(dsKey(ds)) }
 
-func (c *Controller) enqueueAfter(ds *appsv1.DaemonSet, d time.Duration) { c.queue.AddAfter(dsKey(ds), d) }
+func (c *Controller) enqueueAfter(ds *appsv1.DaemonSet, d time.Duration) {
+	c.queue.AddAfter(dsKey(ds), d)
+}
 
 // listNodes returns the cached nodes sorted by name (read-only).
 func (c *Controller) listNodes() []*corev1.Node {

@@ -176,7 +176,9 @@ func addFailedPods(store cache.Store, nodeName string, label map[string]string, 
 
 func setNodeTaint(node *corev1.Node, taints []corev1.Taint) { node.Spec.Taints = taints }
 
-func setDaemonSetToleration(ds *appsv1.DaemonSet, t []corev1.Toleration) { ds.Spec.Template.Spec.Tolerations = t }
+func setDaemonSetToleration(ds *appsv1.DaemonSet, t []corev1.Toleration) {
+	ds.Spec.Template.Spec.Tolerations = t
+}
 
 func markPodReady(pod *corev1.Pod, at time.Time) {
 	for i := range pod.Status.Conditions {

@@ -321,4 +321,3 @@ func (c *Controller) cleanupHistory(ctx context.Context, ds *appsv1.DaemonSet, o
 	}
 	return nil
 }
-
