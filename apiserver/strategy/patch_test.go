@@ -1,6 +1,7 @@
 package strategy
 
 import (
+	"encoding/json"
 	"net/http"
 	"reflect"
 	"strings"
@@ -257,12 +258,39 @@ func TestPatchNoOp(t *testing.T) {
 			if !reflect.DeepEqual(obj, cur) {
 				t.Errorf("%s %s %s: result differs from cur:\n%+v\n%+v", path, tc.pt, tc.patch, obj, cur)
 			}
-			// The rest of the update pipeline keeps it equal too.
+			// The rest of the update pipeline keeps it equal too, down to the
+			// bytes the store compares.
 			Default(resources.DaemonSets, obj)
 			PrepareForUpdate(resources.DaemonSets, obj, cur)
-			if !apiequality.Semantic.DeepEqual(obj, cur) {
+			if !reflect.DeepEqual(obj, cur) {
 				t.Errorf("%s %s: update pipeline changed a no-op patch", tc.pt, tc.patch)
 			}
+			a, _ := json.Marshal(obj)
+			b, _ := json.Marshal(cur)
+			if string(a) != string(b) {
+				t.Errorf("%s %s: encodings differ:\n%s\n%s", tc.pt, tc.patch, a, b)
+			}
+		}
+	}
+}
+
+// TestPatchNodeNoOp: re-tainting with the same taints or re-cordoning changes nothing.
+func TestPatchNodeNoOp(t *testing.T) {
+	cur := storedNode(t, corev1.Taint{Key: "key", Value: "val", Effect: corev1.TaintEffectNoSchedule})
+	cur.Spec.Unschedulable = true
+	for _, patch := range []string{
+		`{"spec":{"taints":[{"effect":"NoSchedule","key":"key","value":"val"}]}}`,
+		`{"spec":{"unschedulable":true}}`,
+		`{"metadata":{"labels":{"zone":"a"}}}`,
+	} {
+		obj, err := ApplyPatch(resources.Nodes, cur, types.StrategicMergePatchType, []byte(patch))
+		if err != nil {
+			t.Fatal(err)
+		}
+		Default(resources.Nodes, obj)
+		PrepareForUpdate(resources.Nodes, obj, cur)
+		if !reflect.DeepEqual(obj, cur) {
+			t.Errorf("%s: not a no-op:\n%+v\n%+v", patch, obj, cur)
 		}
 	}
 }
