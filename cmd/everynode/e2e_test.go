@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -170,6 +171,30 @@ func TestEndToEnd(t *testing.T) {
 		}
 	}
 
+	// get -w on one object prints it, then each change.
+	watchCtx, stopWatch := context.WithCancel(context.Background())
+	watchOut, watchDone := &syncBuffer{}, make(chan error, 1)
+	go func() {
+		m := &cli.Main{Getenv: func(string) string { return "" }}
+		watchDone <- m.Run(watchCtx, []string{"get", "ds", "fluentd-elasticsearch", "-n", "kube-system", "-w", "-o", "name", "--kubeconfig", srv.kubeconfig},
+			nil, watchOut, io.Discard)
+	}()
+	waitFor(t, func() bool { return watchOut.String() != "" }, "get -w to print the object")
+	changed := filepath.Join(t.TempDir(), "fluentd.yaml")
+	y, _ := os.ReadFile("testdata/fluentd-elasticsearch.yaml")
+	os.WriteFile(changed, bytes.Replace(y, []byte("memory: 200Mi\n          requests"), []byte("memory: 300Mi\n          requests"), 1), 0o600)
+	if out := srv.mustRun(t, "apply", "-f", changed); out != "daemonset.apps/fluentd-elasticsearch configured\n" {
+		t.Errorf("apply of a change printed %q", out)
+	}
+	waitFor(t, func() bool { return strings.Count(watchOut.String(), "\n") >= 2 }, "get -w to print the change")
+	stopWatch()
+	if err := <-watchDone; err != nil {
+		t.Errorf("get -w ended with %v", err)
+	}
+	if want := strings.Repeat("daemonset.apps/fluentd-elasticsearch\n", 2); watchOut.String() != want {
+		t.Errorf("get -w printed %q, want %q", watchOut.String(), want)
+	}
+
 	out = srv.mustRun(t, "get", "ds", "-n", "kube-system")
 	if !strings.HasPrefix(out, "NAME                    DESIRED   CURRENT   READY   UP-TO-DATE   AVAILABLE   NODE SELECTOR   AGE\nfluentd-elasticsearch   ") {
 		t.Errorf("get ds -n kube-system:\n%s", out)
@@ -205,6 +230,19 @@ func TestEndToEnd(t *testing.T) {
 	}
 	if out := srv.mustRun(t, "get", "ds", "-A", "-o", "name"); out != "daemonset.apps/fluentd-elasticsearch\n" {
 		t.Errorf("after restart, get -o name printed %q", out)
+	}
+}
+
+// waitFor polls cond, which watches a real asynchronous system, until it
+// holds or 30s pass.
+func waitFor(t *testing.T, cond func() bool, what string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 

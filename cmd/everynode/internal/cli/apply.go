@@ -32,11 +32,11 @@ type ApplyCommand struct {
 }
 
 func (c *ApplyCommand) parse(args []string, std IO) error {
-	fs := newFlagSet("apply", "apply -f FILE|DIR|- [-n NS]", std.Err)
-	c.register(fs)
+	fs := newFlagSet("apply", "apply -f FILE|DIR|- [-n NS]", std.Out)
+	c.register(fs.FlagSet)
 	fs.StringVar(&c.filename, "filename", "", "file, directory or - (stdin) with the objects to apply")
 	fs.StringVar(&c.filename, "f", "", "shorthand for --filename")
-	pos, err := parseInterspersed(fs, args)
+	pos, err := fs.parse(args)
 	if err != nil {
 		return err
 	}

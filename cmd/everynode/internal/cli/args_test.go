@@ -138,7 +138,11 @@ func TestMainDispatch(t *testing.T) {
 	if err := m.Run(t.Context(), []string{"get", "-h"}, nil, io.Discard, io.Discard); !errors.Is(err, flag.ErrHelp) {
 		t.Errorf("get -h: err = %v, want ErrHelp", err)
 	}
-	err := m.Run(t.Context(), []string{"get", "ds", "--kubeconfig", "/nonexistent/kc"}, nil, io.Discard, io.Discard)
+	err := m.Run(t.Context(), []string{"get", "ds", "--bogus"}, nil, io.Discard, io.Discard)
+	if got := FormatError(err); got != `error: flag provided but not defined: -bogus; see "everynode get -h"` {
+		t.Errorf("bad flag: %q", got)
+	}
+	err = m.Run(t.Context(), []string{"get", "ds", "--kubeconfig", "/nonexistent/kc"}, nil, io.Discard, io.Discard)
 	if got := FormatError(err); !strings.HasPrefix(got, "error: cannot read kubeconfig: ") ||
 		!strings.HasSuffix(got, "; set --kubeconfig or KUBECONFIG to the admin.kubeconfig in the server's data dir") {
 		t.Errorf("missing kubeconfig: %q", got)

@@ -31,15 +31,15 @@ type DeleteCommand struct {
 }
 
 func (c *DeleteCommand) parse(args []string, std IO) error {
-	fs := newFlagSet("delete", "delete KIND NAME... | KIND -l SELECTOR [--cascade=background|foreground|orphan] [--wait=false]", std.Err)
-	c.register(fs)
+	fs := newFlagSet("delete", "delete KIND NAME... | KIND -l SELECTOR [--cascade=background|foreground|orphan] [--wait=false]", std.Out)
+	c.register(fs.FlagSet)
 	fs.StringVar(&c.cascade, "cascade", "background", "what happens to dependents: background, foreground or orphan")
 	fs.StringVar(&c.selector, "selector", "", "delete every object matching this label selector")
 	fs.StringVar(&c.selector, "l", "", "shorthand for --selector")
 	fs.BoolVar(&c.wait, "wait", true, "wait until the objects are gone")
 	fs.DurationVar(&c.timeout, "timeout", time.Minute, "how long --wait waits per object")
 	fs.BoolVar(&c.ignoreNotFound, "ignore-not-found", false, "treat a missing object as deleted")
-	pos, err := parseInterspersed(fs, args)
+	pos, err := fs.parse(args)
 	if err != nil {
 		return err
 	}

@@ -30,9 +30,9 @@ type DescribeCommand struct {
 }
 
 func (c *DescribeCommand) parse(args []string, std IO) error {
-	fs := newFlagSet("describe", "describe KIND NAME... [-n NS]", std.Err)
-	c.register(fs)
-	pos, err := parseInterspersed(fs, args)
+	fs := newFlagSet("describe", "describe KIND NAME... [-n NS]", std.Out)
+	c.register(fs.FlagSet)
+	pos, err := fs.parse(args)
 	if err != nil {
 		return err
 	}

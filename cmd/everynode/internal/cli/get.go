@@ -31,8 +31,8 @@ type GetCommand struct {
 
 // parse reads the command line into the command's fields.
 func (c *GetCommand) parse(args []string, std IO) error {
-	fs := newFlagSet("get", "get KIND [NAME...] [-n NS | -A] [-o wide|yaml|json|name] [-l SELECTOR] [-w]", std.Err)
-	c.register(fs)
+	fs := newFlagSet("get", "get KIND [NAME...] [-n NS | -A] [-o wide|yaml|json|name] [-l SELECTOR] [-w]", std.Out)
+	c.register(fs.FlagSet)
 	fs.BoolVar(&c.allNamespaces, "all-namespaces", false, "list across all namespaces")
 	fs.BoolVar(&c.allNamespaces, "A", false, "shorthand for --all-namespaces")
 	fs.StringVar(&c.output, "output", "", "output format: wide, yaml, json or name")
@@ -41,7 +41,7 @@ func (c *GetCommand) parse(args []string, std IO) error {
 	fs.StringVar(&c.selector, "l", "", "shorthand for --selector")
 	fs.BoolVar(&c.watch, "watch", false, "after listing, watch for changes")
 	fs.BoolVar(&c.watch, "w", false, "shorthand for --watch")
-	pos, err := parseInterspersed(fs, args)
+	pos, err := fs.parse(args)
 	if err != nil {
 		return err
 	}

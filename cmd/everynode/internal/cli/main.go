@@ -6,6 +6,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -100,16 +101,37 @@ func Version() string {
 	return "v0.0.0-dev"
 }
 
-// newFlagSet returns a flag set that reports errors instead of exiting and
-// prints its usage to w.
-func newFlagSet(name, synopsis string, w io.Writer) *flag.FlagSet {
+// cmdFlags is a subcommand's flag set. Parse errors come back as errors
+// (printed once by main), help goes to the command's stdout.
+type cmdFlags struct {
+	*flag.FlagSet
+	synopsis string
+	help     io.Writer
+}
+
+// newFlagSet returns the flag set of "everynode <synopsis>"; -h prints its
+// usage to help.
+func newFlagSet(name, synopsis string, help io.Writer) *cmdFlags {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(w)
-	fs.Usage = func() {
-		fmt.Fprintf(w, "Usage: everynode %s\n\nFlags:\n", synopsis)
-		fs.PrintDefaults()
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	return &cmdFlags{FlagSet: fs, synopsis: synopsis, help: help}
+}
+
+// parse parses args (see parseInterspersed), printing usage on -h.
+func (f *cmdFlags) parse(args []string) ([]string, error) {
+	pos, err := parseInterspersed(f.FlagSet, args)
+	if errors.Is(err, flag.ErrHelp) {
+		fmt.Fprintf(f.help, "Usage: everynode %s\n\nFlags:\n", f.synopsis)
+		f.SetOutput(f.help)
+		f.PrintDefaults()
+		f.SetOutput(io.Discard)
+		return nil, err
 	}
-	return fs
+	if err != nil {
+		return nil, withFix(err, fmt.Sprintf("see \"everynode %s -h\"", f.Name()))
+	}
+	return pos, nil
 }
 
 // parseInterspersed parses flags that may come before, between or after

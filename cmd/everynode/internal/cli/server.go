@@ -50,7 +50,7 @@ type ServerCommand struct {
 }
 
 func (c *ServerCommand) parse(args []string, std IO) error {
-	fs := newFlagSet("server", "server [--data-dir DIR] [--listen ADDR] [--gossip ADDR] [--etcd-endpoints URLS] [--no-agent]", std.Err)
+	fs := newFlagSet("server", "server [--data-dir DIR] [--listen ADDR] [--gossip ADDR] [--etcd-endpoints URLS] [--no-agent]", std.Out)
 	fs.StringVar(&c.dataDir, "data-dir", DefaultDataDir, "directory for etcd data, certificates, tokens and admin.kubeconfig")
 	fs.StringVar(&c.listen, "listen", DefaultListen, "API address (host:port; port 0 picks a free port)")
 	fs.StringVar(&c.gossip, "gossip", "", "gossip (memberlist) address host:port")
@@ -58,7 +58,7 @@ func (c *ServerCommand) parse(args []string, std IO) error {
 	fs.StringVar(&c.tlsSANs, "tls-san", "", "comma-separated extra host names or IPs for the serving certificate")
 	fs.BoolVar(&c.noAgent, "no-agent", false, "do not run a node agent inside the server")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn or error")
-	pos, err := parseInterspersed(fs, args)
+	pos, err := fs.parse(args)
 	if err != nil {
 		return err
 	}

@@ -15,10 +15,10 @@ type VersionCommand struct {
 
 // Run implements the command: the client version, then the server's /version.
 func (c *VersionCommand) Run(ctx context.Context, args []string, std IO) error {
-	fs := newFlagSet("version", "version [--client]", std.Err)
-	c.register(fs)
+	fs := newFlagSet("version", "version [--client]", std.Out)
+	c.register(fs.FlagSet)
 	fs.BoolVar(&c.clientOnly, "client", false, "print only the client version")
-	pos, err := parseInterspersed(fs, args)
+	pos, err := fs.parse(args)
 	if err != nil {
 		return err
 	}
