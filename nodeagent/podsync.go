@@ -47,6 +47,8 @@ const (
 	reasonRunContainerError  = "RunContainerError"
 	reasonContainersNotReady = "ContainersNotReady"
 	reasonPodCompleted       = "PodCompleted"
+	reasonPodInitializing    = "PodInitializing"
+	reasonNotInitialized     = "ContainersNotInitialized"
 )
 
 // podState is what the agent remembers about one pod between syncs. It is
@@ -174,15 +176,30 @@ func (a *Agent) syncPod(ctx context.Context, uid types.UID) (time.Duration, erro
 	held := st.held(pod)
 	terminal := held.Phase == corev1.PodSucceeded || held.Phase == corev1.PodFailed
 	podIP := a.podIP(pod, held, obs)
-	changed := false
-	for i := range pod.Spec.Containers {
-		c := &pod.Spec.Containers[i]
-		cs := st.container(c.Name)
+	for _, cs := range st.containers {
 		cs.waiting = nil
-		if terminal {
-			continue
+	}
+	var todo []*corev1.Container
+	switch {
+	case terminal:
+	case !initialized(pod, obs):
+		// Init containers run one at a time, in order, each to success.
+		for i := range pod.Spec.InitContainers {
+			ic := &pod.Spec.InitContainers[i]
+			if l := obs[ic.Name]; len(l) > 0 && l[0].State == runtime.StateExited && l[0].ExitCode == 0 {
+				continue
+			}
+			todo = append(todo, ic)
+			break
 		}
-		w, ch, err := a.syncContainer(ctx, pod, c, cs, obs[c.Name], podIP, now)
+	default:
+		for i := range pod.Spec.Containers {
+			todo = append(todo, &pod.Spec.Containers[i])
+		}
+	}
+	changed := false
+	for _, c := range todo {
+		w, ch, err := a.syncContainer(ctx, pod, c, st.container(c.Name), obs[c.Name], podIP, now)
 		if err != nil {
 			return 0, err
 		}
@@ -206,7 +223,7 @@ func (a *Agent) syncPod(ctx context.Context, uid types.UID) (time.Duration, erro
 // removeUnknown removes containers whose name the spec no longer has.
 func (a *Agent) removeUnknown(ctx context.Context, pod *corev1.Pod, obs observed) error {
 	for name, list := range obs {
-		if slices.ContainsFunc(pod.Spec.Containers, func(c corev1.Container) bool { return c.Name == name }) {
+		if isInitContainer(pod, name) || slices.ContainsFunc(pod.Spec.Containers, func(c corev1.Container) bool { return c.Name == name }) {
 			continue
 		}
 		for _, c := range list {
@@ -249,7 +266,11 @@ func (a *Agent) syncContainer(ctx context.Context, pod *corev1.Pod, c *corev1.Co
 		}
 		return time.Time{}, true, nil
 	}
-	if !shouldRestart(pod.Spec.RestartPolicy, cur.ExitCode) {
+	policy := pod.Spec.RestartPolicy
+	if isInitContainer(pod, c.Name) && policy == corev1.RestartPolicyAlways {
+		policy = corev1.RestartPolicyOnFailure // an init container that succeeded is done
+	}
+	if !shouldRestart(policy, cur.ExitCode) {
 		return time.Time{}, false, nil
 	}
 	finished := cur.Finished
@@ -273,6 +294,27 @@ func (a *Agent) syncContainer(ctx context.Context, pod *corev1.Pod, c *corev1.Co
 		cs.crashes++
 	}
 	return wake, changed, err
+}
+
+// initialized reports whether the pod's init containers have all succeeded
+// (or an app container exists, so they did once).
+func initialized(pod *corev1.Pod, obs observed) bool {
+	for _, c := range pod.Spec.Containers {
+		if len(obs[c.Name]) > 0 {
+			return true
+		}
+	}
+	for _, c := range pod.Spec.InitContainers {
+		l := obs[c.Name]
+		if len(l) == 0 || l[0].State != runtime.StateExited || l[0].ExitCode != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func isInitContainer(pod *corev1.Pod, name string) bool {
+	return slices.ContainsFunc(pod.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == name })
 }
 
 func shouldRestart(policy corev1.RestartPolicy, exitCode int) bool {

@@ -56,46 +56,75 @@ func (a *Agent) terminated(s runtime.ContainerStatus) *corev1.ContainerStateTerm
 
 func (a *Agent) containerID(id string) string { return a.scheme + "://" + id }
 
+// containerStatus renders one container from its newest containers (list)
+// and the waiting state this sync decided. notYet is the waiting reason
+// shown before the container was ever created.
+func (a *Agent) containerStatus(c *corev1.Container, cs *containerState, list []runtime.ContainerStatus, notYet string, init bool) corev1.ContainerStatus {
+	s := corev1.ContainerStatus{Name: c.Name, Image: c.Image, Started: new(bool)}
+	var shown, last *runtime.ContainerStatus
+	if len(list) > 0 {
+		cur := list[0]
+		s.RestartCount = int32(attemptOf(cur.Labels))
+		s.ImageID = cur.ImageID
+		s.ContainerID = a.containerID(cur.ID)
+		if cs.waiting == nil || cur.State == runtime.StateRunning {
+			shown = &list[0]
+			if len(list) > 1 {
+				last = &list[1]
+			}
+		} else {
+			last = &list[0]
+		}
+	}
+	switch {
+	case shown != nil && shown.State == runtime.StateRunning:
+		s.State.Running = &corev1.ContainerStateRunning{StartedAt: mt(shown.Started)}
+		*s.Started = true
+		s.Ready = !init && containerReady(c, cs, *shown)
+	case shown != nil && shown.State == runtime.StateExited:
+		s.State.Terminated = a.terminated(*shown)
+		s.Ready = init && shown.ExitCode == 0
+	case cs.waiting != nil:
+		s.State.Waiting = cs.waiting.DeepCopy()
+	default:
+		s.State.Waiting = &corev1.ContainerStateWaiting{Reason: notYet}
+	}
+	if last != nil && last.State == runtime.StateExited {
+		s.LastTerminationState.Terminated = a.terminated(*last)
+	}
+	return s
+}
+
 // buildStatus derives the pod status from what was observed and decided.
 func (a *Agent) buildStatus(pod *corev1.Pod, st *podState, obs observed, now time.Time) corev1.PodStatus {
 	status := *st.held(pod).DeepCopy()
+	initDone := initialized(pod, obs)
+
+	var inits []corev1.ContainerStatus
+	var incomplete []string
+	initFailed := false
+	for i := range pod.Spec.InitContainers {
+		c := &pod.Spec.InitContainers[i]
+		s := a.containerStatus(c, st.container(c.Name), obs[c.Name], reasonPodInitializing, true)
+		if !s.Ready {
+			incomplete = append(incomplete, c.Name)
+		}
+		if t := s.State.Terminated; t != nil && t.ExitCode != 0 && pod.Spec.RestartPolicy == corev1.RestartPolicyNever {
+			initFailed = true
+		}
+		inits = append(inits, s)
+	}
+	status.InitContainerStatuses = inits
+
 	var statuses []corev1.ContainerStatus
 	var unready []string
+	notYet := reasonContainerCreating
+	if !initDone {
+		notYet = reasonPodInitializing
+	}
 	for i := range pod.Spec.Containers {
 		c := &pod.Spec.Containers[i]
-		cs := st.container(c.Name)
-		list := obs[c.Name]
-		s := corev1.ContainerStatus{Name: c.Name, Image: c.Image, Started: new(bool)}
-		var shown, last *runtime.ContainerStatus
-		if len(list) > 0 {
-			cur := list[0]
-			s.RestartCount = int32(attemptOf(cur.Labels))
-			s.ImageID = cur.ImageID
-			s.ContainerID = a.containerID(cur.ID)
-			if cs.waiting == nil || cur.State == runtime.StateRunning {
-				shown = &list[0]
-				if len(list) > 1 {
-					last = &list[1]
-				}
-			} else {
-				last = &list[0]
-			}
-		}
-		switch {
-		case shown != nil && shown.State == runtime.StateRunning:
-			s.State.Running = &corev1.ContainerStateRunning{StartedAt: mt(shown.Started)}
-			*s.Started = true
-			s.Ready = containerReady(c, cs, *shown)
-		case shown != nil && shown.State == runtime.StateExited:
-			s.State.Terminated = a.terminated(*shown)
-		case cs.waiting != nil:
-			s.State.Waiting = cs.waiting.DeepCopy()
-		default:
-			s.State.Waiting = &corev1.ContainerStateWaiting{Reason: reasonContainerCreating}
-		}
-		if last != nil && last.State == runtime.StateExited {
-			s.LastTerminationState.Terminated = a.terminated(*last)
-		}
+		s := a.containerStatus(c, st.container(c.Name), obs[c.Name], notYet, false)
 		if !s.Ready {
 			unready = append(unready, c.Name)
 		}
@@ -104,7 +133,14 @@ func (a *Agent) buildStatus(pod *corev1.Pod, st *podState, obs observed, now tim
 	status.ContainerStatuses = statuses
 
 	if status.Phase != corev1.PodSucceeded && status.Phase != corev1.PodFailed {
-		status.Phase = podPhase(pod.Spec.RestartPolicy, statuses)
+		switch {
+		case initFailed:
+			status.Phase = corev1.PodFailed
+		case !initDone:
+			status.Phase = corev1.PodPending
+		default:
+			status.Phase = podPhase(pod.Spec.RestartPolicy, statuses)
+		}
 	}
 	if status.StartTime == nil {
 		t := mt(now)
@@ -119,6 +155,11 @@ func (a *Agent) buildStatus(pod *corev1.Pod, st *podState, obs observed, now tim
 		status.PodIPs = []corev1.PodIP{{IP: ip}}
 	}
 
+	initCond := condition{status: corev1.ConditionTrue}
+	if !initDone {
+		initCond = condition{status: corev1.ConditionFalse, reason: reasonNotInitialized,
+			message: fmt.Sprintf("containers with incomplete status: [%s]", strings.Join(incomplete, " "))}
+	}
 	ready := condition{status: corev1.ConditionTrue}
 	switch {
 	case status.Phase == corev1.PodSucceeded || status.Phase == corev1.PodFailed:
@@ -128,7 +169,7 @@ func (a *Agent) buildStatus(pod *corev1.Pod, st *podState, obs observed, now tim
 			message: fmt.Sprintf("containers with unready status: [%s]", strings.Join(unready, " "))}
 	}
 	setCondition(&status, corev1.PodScheduled, condition{status: corev1.ConditionTrue}, now)
-	setCondition(&status, corev1.PodInitialized, condition{status: corev1.ConditionTrue}, now)
+	setCondition(&status, corev1.PodInitialized, initCond, now)
 	setCondition(&status, corev1.ContainersReady, ready, now)
 	setCondition(&status, corev1.PodReady, ready, now)
 	return status
@@ -158,7 +199,7 @@ func setCondition(status *corev1.PodStatus, typ corev1.PodConditionType, c condi
 	status.Conditions = append(status.Conditions, nc)
 }
 
-// podPhase is kubelet's getPhase for pods without init containers.
+// podPhase is kubelet's getPhase for initialized pods.
 func podPhase(policy corev1.RestartPolicy, statuses []corev1.ContainerStatus) corev1.PodPhase {
 	var running, waiting, stopped, succeeded int
 	for _, s := range statuses {

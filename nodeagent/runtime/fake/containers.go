@@ -124,7 +124,7 @@ func (f *Fake) CreateContainer(ctx context.Context, spec runtime.ContainerSpec) 
 	if !ok {
 		return "", runtime.Errorf("create", runtime.ImageNotFound, spec.Image, "no such image in the fake store")
 	}
-	after, code, exits, err := parseExit(spec.Annotations)
+	after, code, exits, err := parseExit(spec.Annotations, spec.Name)
 	if err != nil {
 		return "", &runtime.Error{Op: "create", Kind: runtime.Invalid, Subject: spec.Name, Err: err}
 	}

@@ -6,6 +6,10 @@
 //	fake.everynode.io/exit-after: "30s"   the process exits 30s after it starts
 //	fake.everynode.io/exit-code:  "1"     ... with this code (default 0)
 //
+// Either key suffixed with ".<container name>" applies to that container
+// only and wins over the plain key (e.g. an init container that exits while
+// the main container runs on: "fake.everynode.io/exit-after.setup": "2s").
+//
 // Time comes from an injected clock (k8s.io/utils/clock), so a test with a
 // fake clock drives crash loops without sleeping. A Fake starts no goroutines:
 // exits are computed when a container is inspected or listed, so thousands of
@@ -250,21 +254,30 @@ func (f *Fake) PullImage(ctx context.Context, ref string) (string, error) {
 	return f.addImage(ref).ID, nil
 }
 
-// parseExit reads the exit annotations; ok is false when the container runs
-// until stopped.
-func parseExit(ann map[string]string) (after time.Duration, code int, ok bool, err error) {
-	v, has := ann[AnnotationExitAfter]
+// annotation returns the container-specific value of key, else the plain one.
+func annotation(ann map[string]string, key, container string) (string, string, bool) {
+	if v, ok := ann[key+"."+container]; ok {
+		return key + "." + container, v, true
+	}
+	v, ok := ann[key]
+	return key, v, ok
+}
+
+// parseExit reads the exit annotations for container; ok is false when it
+// runs until stopped.
+func parseExit(ann map[string]string, container string) (after time.Duration, code int, ok bool, err error) {
+	k, v, has := annotation(ann, AnnotationExitAfter, container)
 	if !has {
 		return 0, 0, false, nil
 	}
 	after, err = time.ParseDuration(v)
 	if err != nil || after < 0 {
-		return 0, 0, false, fmt.Errorf("annotation %s=%q: want a non-negative Go duration", AnnotationExitAfter, v)
+		return 0, 0, false, fmt.Errorf("annotation %s=%q: want a non-negative Go duration", k, v)
 	}
-	if c, has := ann[AnnotationExitCode]; has {
+	if k, c, has := annotation(ann, AnnotationExitCode, container); has {
 		code, err = strconv.Atoi(c)
 		if err != nil || code < 0 || code > 255 {
-			return 0, 0, false, fmt.Errorf("annotation %s=%q: want an integer 0-255", AnnotationExitCode, c)
+			return 0, 0, false, fmt.Errorf("annotation %s=%q: want an integer 0-255", k, c)
 		}
 	}
 	return after, code, true, nil

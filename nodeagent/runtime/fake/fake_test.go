@@ -139,6 +139,13 @@ func TestLifecycleAndExitAfter(t *testing.T) {
 	if err := f.RemoveContainer(ctx, forever); err != nil {
 		t.Errorf("second remove: %v", err)
 	}
+	perContainer, _ := f.CreateContainer(ctx, spec(map[string]string{
+		AnnotationExitAfter: "1h", AnnotationExitAfter + ".app": "1s", AnnotationExitCode + ".other": "9"}))
+	_ = f.StartContainer(ctx, perContainer)
+	clk.Step(time.Second)
+	if st, _ := f.ContainerStatus(ctx, perContainer); st.State != runtime.StateExited || st.ExitCode != 0 {
+		t.Errorf("per-container annotation: %+v", st)
+	}
 	if _, err := f.CreateContainer(ctx, spec(map[string]string{AnnotationExitAfter: "soon"})); runtime.KindOf(err) != runtime.Invalid {
 		t.Errorf("bad annotation: %v", err)
 	}
