@@ -127,6 +127,10 @@ func (c *ServerCommand) Run(ctx context.Context, args []string, std IO) error {
 
 	st, err := store.Open(ctx, store.Config{DataDir: dataDir, Endpoints: splitList(c.endpoints), Logger: log})
 	if err != nil {
+		if ctx.Err() != nil {
+			log.Info("interrupted while starting")
+			return nil
+		}
 		return withFix(fmt.Errorf("cannot open the store: %w", err), "check --etcd-endpoints, or that no other server uses "+dataDir)
 	}
 	defer st.Close()
@@ -136,6 +140,10 @@ func (c *ServerCommand) Run(ctx context.Context, args []string, std IO) error {
 		return err
 	}
 	if err := api.EnsureNamespaces(ctx, namespacesAtStart...); err != nil {
+		if ctx.Err() != nil {
+			log.Info("interrupted while starting")
+			return nil
+		}
 		return err
 	}
 	ln, err := net.Listen("tcp", c.listen)
@@ -176,7 +184,7 @@ func (c *ServerCommand) Run(ctx context.Context, args []string, std IO) error {
 	if c.gossip != "" {
 		log.Warn("--gossip is accepted but gossip membership is not wired into this build yet", "gossip", c.gossip)
 	}
-	printWelcome(std, url, dataDir, kubeconfigPath)
+	printWelcome(std, url, joinURL(ln.Addr(), host, url), dataDir, kubeconfigPath)
 
 	select {
 	case <-ctx.Done():
@@ -230,7 +238,22 @@ func waitReady(ctx context.Context, url string, cluster *pki.Cluster, errc chan 
 	}
 }
 
-func printWelcome(std IO, url, dataDir, kubeconfig string) {
+// joinURL is the address to show for joining agents from other machines: the
+// local URL, except that a wildcard listener is named by the host name (which
+// the serving certificate carries).
+func joinURL(addr net.Addr, listenHost, local string) string {
+	if ip := net.ParseIP(listenHost); listenHost != "" && (ip == nil || !ip.IsUnspecified()) {
+		return local
+	}
+	name, err := os.Hostname()
+	if err != nil || name == "" {
+		return local
+	}
+	_, port, _ := net.SplitHostPort(addr.String())
+	return "https://" + net.JoinHostPort(name, port)
+}
+
+func printWelcome(std IO, url, join, dataDir, kubeconfig string) {
 	fmt.Fprintf(std.Out, `everynode server is ready at %s
 
 Use it with kubectl or everynode:
@@ -240,5 +263,5 @@ Use it with kubectl or everynode:
 
 Join an agent (from the machine that should run pods):
   everynode agent --server %s --token $(cat %s)
-`, url, kubeconfig, url, filepath.Join(dataDir, pki.JoinTokenFile))
+`, url, kubeconfig, join, filepath.Join(dataDir, pki.JoinTokenFile))
 }
