@@ -70,8 +70,8 @@ type Config struct {
 	// NodeIP is reported as the pods' hostIP (and podIP with host
 	// networking); may be empty.
 	NodeIP string
-	// Client talks to the API. Required unless Source is set and no status is
-	// to be written (tests); the default Source watches through it.
+	// Client talks to the API: status writes, pod deletion, and the default
+	// Source's watch. Required.
 	Client client.Interface
 	// Runtime runs the containers. Required.
 	Runtime Runtime
@@ -127,7 +127,7 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.Runtime == nil {
 		return nil, errors.New("nodeagent: config: Runtime is required")
 	}
-	if cfg.Client == nil && cfg.Source == nil {
+	if cfg.Client == nil {
 		return nil, errors.New("nodeagent: config: Client is required")
 	}
 	if cfg.Clock == nil {
@@ -227,6 +227,9 @@ func (a *Agent) processNext(ctx context.Context) bool {
 		return false
 	}
 	defer a.queue.Done(uid)
+	if ctx.Err() != nil {
+		return true // shutting down: drain without syncing
+	}
 	wake, err := a.syncPod(ctx, uid)
 	if err != nil {
 		if ctx.Err() == nil {

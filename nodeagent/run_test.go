@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	clientfake "github.com/everynode/everynode/client/fake"
 	"github.com/everynode/everynode/nodeagent/runtime"
 	rtfake "github.com/everynode/everynode/nodeagent/runtime/fake"
 	"github.com/everynode/everynode/resources"
@@ -223,7 +224,8 @@ func TestRunFailsWithoutRuntime(t *testing.T) {
 
 func TestNewValidates(t *testing.T) {
 	rt := rtfake.New(rtfake.Config{})
-	for _, cfg := range []Config{{Runtime: rt, Source: staticSource{}}, {NodeName: "n", Source: staticSource{}}, {NodeName: "n", Runtime: rt}} {
+	api := clientfake.New()
+	for _, cfg := range []Config{{Runtime: rt, Client: api}, {NodeName: "n", Client: api}, {NodeName: "n", Runtime: rt, Source: staticSource{}}} {
 		if _, err := New(cfg); err == nil {
 			t.Errorf("New(%+v) accepted", cfg)
 		}
