@@ -182,3 +182,85 @@ func TestEnsureNamespaces(t *testing.T) {
 	}
 	e.get("/api/v1/namespaces/extra").must(t, http.StatusOK, nil)
 }
+
+// TestClientParity runs the same calls through the HTTP client and the local
+// client and compares the Status of each failure and the shape of each result.
+func TestClientParity(t *testing.T) {
+	e := newEnv(t)
+	ctx := testCtx(t)
+	hc, err := client.NewHTTP(client.Config{Server: e.srv.URL, Token: adminToken})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hc.Close()
+	clients := map[string]client.Interface{"http": hc, "local": NewLocalClient(e.s, "admin", mastersGroup)}
+
+	type outcome struct {
+		code    int32
+		reason  metav1.StatusReason
+		message string
+	}
+	results := map[string][]outcome{}
+	for _, name := range []string{"http", "local"} {
+		c := clients[name]
+		record := func(err error) {
+			o := outcome{}
+			if err != nil {
+				se, ok := err.(*apierrors.StatusError)
+				if !ok {
+					t.Fatalf("%s: error %T %v", name, err, err)
+				}
+				o = outcome{se.ErrStatus.Code, se.ErrStatus.Reason, se.ErrStatus.Message}
+			}
+			results[name] = append(results[name], o)
+		}
+		ds := newDS("parity-" + name)
+		_, err := c.Create(ctx, ds, client.WriteOptions{})
+		record(err)
+		_, err = c.Create(ctx, ds, client.WriteOptions{})
+		record(err) // AlreadyExists, with a name that differs per client: compare code and reason only
+		bad := newDS("x")
+		bad.Spec.Selector = nil
+		_, err = c.Create(ctx, bad, client.WriteOptions{})
+		record(err)
+		inNowhere := newDS("y")
+		inNowhere.Namespace = "nowhere"
+		_, err = c.Create(ctx, inNowhere, client.WriteOptions{})
+		record(err)
+		_, err = c.Get(ctx, resources.DaemonSets, "default", "missing")
+		record(err)
+		_, err = c.Patch(ctx, resources.DaemonSets, "default", "missing", types.MergePatchType, []byte(`{}`), client.WriteOptions{}, "")
+		record(err)
+		_, err = c.Patch(ctx, resources.DaemonSets, "default", ds.Name, types.JSONPatchType, []byte(`[{"op":"remove","path":"/nope"}]`), client.WriteOptions{}, "")
+		record(err)
+		_, _, err = c.List(ctx, resources.Pods, "", client.ListOptions{FieldSelector: "spec.bogus=1"})
+		record(err)
+		_, err = c.Delete(ctx, resources.Namespaces, "", "default", metav1.DeleteOptions{})
+		record(err)
+		w, err := c.Watch(ctx, resources.Pods, "", client.ListOptions{ResourceVersion: "999999999"})
+		if err != nil {
+			record(err)
+		} else {
+			ev := nextEvent(t, w)
+			st, ok := ev.Object.(*metav1.Status)
+			if ev.Type != watch.Error || !ok {
+				t.Fatalf("%s: watch from a future RV: %s %T", name, ev.Type, ev.Object)
+			}
+			results[name] = append(results[name], outcome{st.Code, st.Reason, ""})
+			w.Stop()
+		}
+	}
+	h, l := results["http"], results["local"]
+	for i := range h {
+		hm, lm := h[i].message, l[i].message
+		if i == 1 { // names differ
+			hm, lm = "", ""
+		}
+		if h[i].code != l[i].code || h[i].reason != l[i].reason || hm != lm {
+			t.Errorf("call %d: http %+v, local %+v", i, h[i], l[i])
+		}
+	}
+	if h[0].code != 0 || h[1].code != 409 || h[2].code != 422 || h[3].code != 404 || h[4].code != 404 || h[9].code != 410 {
+		t.Errorf("unexpected outcomes %+v", h)
+	}
+}
