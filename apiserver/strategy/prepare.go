@@ -32,7 +32,8 @@ const (
 //     managedFields cleared; namespace cleared for cluster-scoped resources;
 //   - DaemonSet: status cleared, templateGeneration annotation (§6.2);
 //   - Pod: status reset to phase Pending with its QoS class;
-//   - Namespace: phase Active; Node: status kept (the agent registers with it).
+//   - Namespace: status reset to phase Active, spec.finalizers cleared;
+//   - Node: status kept (the agent registers with it).
 func PrepareForCreate(r *resources.Resource, obj resources.Object, now time.Time, newUID func() types.UID) {
 	if obj.GetName() == "" && obj.GetGenerateName() != "" {
 		obj.SetName(generateName(obj.GetGenerateName()))
@@ -62,9 +63,11 @@ func PrepareForCreate(r *resources.Resource, obj resources.Object, now time.Time
 	case *corev1.Pod:
 		o.Status = corev1.PodStatus{Phase: corev1.PodPending, QOSClass: podQOS(&o.Spec)}
 	case *corev1.Namespace:
-		if o.Status.Phase == "" {
-			o.Status.Phase = corev1.NamespaceActive
-		}
+		// Kubernetes also puts the "kubernetes" finalizer into spec.finalizers
+		// for its namespace controller; everynode has none, so spec.finalizers
+		// stays empty and namespace deletion never waits on it.
+		o.Status = corev1.NamespaceStatus{Phase: corev1.NamespaceActive}
+		o.Spec.Finalizers = nil
 	}
 }
 
@@ -113,7 +116,10 @@ func PrepareForUpdate(r *resources.Resource, obj, old resources.Object) {
 	}
 	switch o := obj.(type) {
 	case *appsv1.DaemonSet:
-		od := old.(*appsv1.DaemonSet)
+		od, ok := old.(*appsv1.DaemonSet)
+		if !ok {
+			return
+		}
 		o.Status = *od.Status.DeepCopy()
 		tg := templateGeneration(od)
 		if tg < 1 {
@@ -127,16 +133,21 @@ func PrepareForUpdate(r *resources.Resource, obj, old resources.Object) {
 		}
 		setTemplateGeneration(o, tg)
 	case *corev1.Pod:
-		op := old.(*corev1.Pod)
-		o.Status = *op.Status.DeepCopy()
-		bumpIfChanged(o, o.Spec, op.Spec)
+		if op, ok := old.(*corev1.Pod); ok {
+			o.Status = *op.Status.DeepCopy()
+			bumpIfChanged(o, o.Spec, op.Spec)
+		}
 	case *corev1.Node:
-		on := old.(*corev1.Node)
-		o.Status = *on.Status.DeepCopy()
-		bumpIfChanged(o, o.Spec, on.Spec)
+		if on, ok := old.(*corev1.Node); ok {
+			o.Status = *on.Status.DeepCopy()
+			bumpIfChanged(o, o.Spec, on.Spec)
+		}
 	case *corev1.Namespace:
-		ons := old.(*corev1.Namespace)
-		o.Status = *ons.Status.DeepCopy()
+		// spec.finalizers change only through /finalize, which everynode does not serve.
+		if ons, ok := old.(*corev1.Namespace); ok {
+			o.Status = *ons.Status.DeepCopy()
+			o.Spec = *ons.Spec.DeepCopy()
+		}
 	}
 }
 
@@ -163,21 +174,25 @@ func PrepareForStatusUpdate(r *resources.Resource, obj, old resources.Object) {
 	rv := obj.GetResourceVersion()
 	switch o := obj.(type) {
 	case *appsv1.DaemonSet:
-		od := old.(*appsv1.DaemonSet)
-		o.ObjectMeta = *od.ObjectMeta.DeepCopy()
-		o.Spec = *od.Spec.DeepCopy()
+		if od, ok := old.(*appsv1.DaemonSet); ok {
+			o.ObjectMeta = *od.ObjectMeta.DeepCopy()
+			o.Spec = *od.Spec.DeepCopy()
+		}
 	case *corev1.Pod:
-		op := old.(*corev1.Pod)
-		o.ObjectMeta = *op.ObjectMeta.DeepCopy()
-		o.Spec = *op.Spec.DeepCopy()
+		if op, ok := old.(*corev1.Pod); ok {
+			o.ObjectMeta = *op.ObjectMeta.DeepCopy()
+			o.Spec = *op.Spec.DeepCopy()
+		}
 	case *corev1.Node:
-		on := old.(*corev1.Node)
-		o.ObjectMeta = *on.ObjectMeta.DeepCopy()
-		o.Spec = *on.Spec.DeepCopy()
+		if on, ok := old.(*corev1.Node); ok {
+			o.ObjectMeta = *on.ObjectMeta.DeepCopy()
+			o.Spec = *on.Spec.DeepCopy()
+		}
 	case *corev1.Namespace:
-		ons := old.(*corev1.Namespace)
-		o.ObjectMeta = *ons.ObjectMeta.DeepCopy()
-		o.Spec = *ons.Spec.DeepCopy()
+		if ons, ok := old.(*corev1.Namespace); ok {
+			o.ObjectMeta = *ons.ObjectMeta.DeepCopy()
+			o.Spec = *ons.Spec.DeepCopy()
+		}
 	default:
 		// Kinds without status: the write may change nothing at all.
 		if m, om := objectMeta(obj), objectMeta(old); m != nil && om != nil {

@@ -75,10 +75,19 @@ func TestPrepareForCreate(t *testing.T) {
 		}
 	}
 
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team"}}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team"},
+		Spec:   corev1.NamespaceSpec{Finalizers: []corev1.FinalizerName{"example.com/x"}},
+		Status: corev1.NamespaceStatus{Phase: corev1.NamespaceTerminating}}
 	PrepareForCreate(resources.Namespaces, ns, testNow, func() types.UID { return "ns-uid" })
-	if ns.Status.Phase != corev1.NamespaceActive || ns.UID != "ns-uid" {
+	if ns.Status.Phase != corev1.NamespaceActive || ns.UID != "ns-uid" || ns.Spec.Finalizers != nil {
 		t.Errorf("namespace %+v", ns)
+	}
+	next := ns.DeepCopy()
+	next.Spec.Finalizers = []corev1.FinalizerName{"example.com/y"}
+	next.Status.Phase = corev1.NamespaceTerminating
+	PrepareForUpdate(resources.Namespaces, next, ns)
+	if next.Spec.Finalizers != nil || next.Status.Phase != corev1.NamespaceActive {
+		t.Errorf("namespace update changed spec or status: %+v", next)
 	}
 }
 
