@@ -34,7 +34,7 @@ type fakeServer struct {
 }
 
 type fakeRequest struct {
-	Method, Path, Query, ContentType, Auth, Body string
+	Method, Path, Query, ContentType, Auth, Body, Proto string
 }
 
 func newFakeServer(t *testing.T, routes map[string]http.HandlerFunc) (*fakeServer, *HTTP) {
@@ -56,7 +56,7 @@ func newFakeServer(t *testing.T, routes map[string]http.HandlerFunc) (*fakeServe
 func (fs *fakeServer) serve(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
 	fs.mu.Lock()
-	fs.requests = append(fs.requests, fakeRequest{r.Method, r.URL.Path, r.URL.RawQuery, r.Header.Get("Content-Type"), r.Header.Get("Authorization"), string(body)})
+	fs.requests = append(fs.requests, fakeRequest{r.Method, r.URL.Path, r.URL.RawQuery, r.Header.Get("Content-Type"), r.Header.Get("Authorization"), string(body), r.Proto})
 	h := fs.routes[r.Method+" "+r.URL.Path]
 	fs.mu.Unlock()
 	if h == nil {
@@ -138,8 +138,8 @@ func TestVerbs(t *testing.T) {
 	if ds.Name != "agent" || ds.ResourceVersion != "7" || ds.Spec.Template.Spec.Containers[0].Image != "busybox:1.36" || ds.Kind != "DaemonSet" {
 		t.Fatalf("Get decoded %+v", ds)
 	}
-	if got := fs.last(); got.Auth != "Bearer secret-token" {
-		t.Errorf("Authorization = %q", got.Auth)
+	if got := fs.last(); got.Auth != "Bearer secret-token" || got.Proto != "HTTP/2.0" {
+		t.Errorf("Authorization = %q, protocol %s", got.Auth, got.Proto)
 	}
 
 	items, rv, err := c.List(ctx, resources.Pods, "default", ListOptions{LabelSelector: "app=x", FieldSelector: "spec.nodeName=n1"})

@@ -27,6 +27,8 @@ type GetCommand struct {
 
 	r     *resources.Resource
 	names []string
+
+	printed int // structured documents written, for YAML's "---" separators
 }
 
 // parse reads the command line into the command's fields.
@@ -176,6 +178,11 @@ func (c *GetCommand) printObjects(w io.Writer, table *tablePrinter, objs []clien
 		var v any = listOf(objs)
 		if single && len(objs) == 1 {
 			v = objs[0]
+		}
+		if c.printed++; c.printed > 1 && c.output == "yaml" {
+			if _, err := io.WriteString(w, "---\n"); err != nil {
+				return err
+			}
 		}
 		return writeStructured(w, c.output, v)
 	}

@@ -189,3 +189,41 @@ func TestDescribeDaemonSet(t *testing.T) {
 		t.Errorf("describe shows the last-applied annotation:\n%s", out)
 	}
 }
+
+func TestDescribeOtherKinds(t *testing.T) {
+	node := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: "node-1", Labels: map[string]string{"tier": "edge"}},
+		Spec:       corev1.NodeSpec{Taints: []corev1.Taint{{Key: "dedicated", Value: "edge", Effect: corev1.TaintEffectNoSchedule}}},
+		Status: corev1.NodeStatus{
+			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "AgentReady"}},
+			Addresses:  []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.0.1"}},
+			NodeInfo:   corev1.NodeSystemInfo{KubeletVersion: "v1.32.0"},
+		},
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "agent-x", Namespace: "default",
+			OwnerReferences: []metav1.OwnerReference{{Kind: "DaemonSet", Name: "agent", Controller: ptr.To(true)}}},
+		Spec: corev1.PodSpec{NodeName: "node-1", Containers: []corev1.Container{{Name: "a", Image: "busybox"}}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{
+			{Name: "a", RestartCount: 3, State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}}}}},
+	}
+	tests := []struct {
+		obj  client.Object
+		want []string
+	}{
+		{node, []string{"Taints:", "dedicated=edge:NoSchedule", "AgentReady", "InternalIP:", "10.0.0.1", "Kubelet Version:", "Events:"}},
+		{pod, []string{"Node:", "node-1", "Controlled By:", "DaemonSet/agent", "Waiting (CrashLoopBackOff)", "Restart Count: 3"}},
+		{&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "edge"}, Status: corev1.NamespaceStatus{Phase: corev1.NamespaceActive}}, []string{"Status:", "Active"}},
+	}
+	for _, tt := range tests {
+		var buf bytes.Buffer
+		if err := describe(&buf, tt.obj, nil, nil, testNow); err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range tt.want {
+			if !strings.Contains(buf.String(), w) {
+				t.Errorf("describe %s lacks %q:\n%s", tt.obj.GetName(), w, buf.String())
+			}
+		}
+	}
+}
