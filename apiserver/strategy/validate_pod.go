@@ -34,6 +34,7 @@ func validatePodSpec(spec *corev1.PodSpec, fldPath *field.Path) field.ErrorList 
 	names := sets.New[string]()
 	allErrs = append(allErrs, validateContainers(spec.InitContainers, spec, vols, names, fldPath.Child("initContainers"))...)
 	allErrs = append(allErrs, validateContainers(spec.Containers, spec, vols, names, fldPath.Child("containers"))...)
+	allErrs = append(allErrs, uniqueHostPorts(spec.Containers, fldPath.Child("containers"))...)
 
 	switch spec.RestartPolicy {
 	case corev1.RestartPolicyAlways, corev1.RestartPolicyOnFailure, corev1.RestartPolicyNever:
@@ -259,6 +260,26 @@ func validatePorts(ports []corev1.ContainerPort, hostNetwork bool, fldPath *fiel
 	return allErrs
 }
 
+// uniqueHostPorts is Kubernetes' AccumulateUniqueHostPorts: a host port may
+// be claimed once per protocol and host IP in a pod.
+func uniqueHostPorts(cs []corev1.Container, fldPath *field.Path) field.ErrorList {
+	var allErrs field.ErrorList
+	seen := sets.New[string]()
+	for ci, c := range cs {
+		for pi, p := range c.Ports {
+			if p.HostPort == 0 {
+				continue
+			}
+			key := fmt.Sprintf("%s/%s/%d", p.Protocol, p.HostIP, p.HostPort)
+			if seen.Has(key) {
+				allErrs = append(allErrs, field.Duplicate(fldPath.Index(ci).Child("ports").Index(pi).Child("hostPort"), key))
+			}
+			seen.Insert(key)
+		}
+	}
+	return allErrs
+}
+
 func validateEnv(env []corev1.EnvVar, fldPath *field.Path) field.ErrorList {
 	var allErrs field.ErrorList
 	for i, e := range env {
@@ -270,11 +291,38 @@ func validateEnv(env []corev1.EnvVar, fldPath *field.Path) field.ErrorList {
 				allErrs = append(allErrs, field.Invalid(idx.Child("name"), e.Name, msg))
 			}
 		}
-		if e.ValueFrom != nil && e.Value != "" {
-			allErrs = append(allErrs, field.Invalid(idx.Child("valueFrom"), "", "may not be specified when `value` is not empty"))
+		if vf := e.ValueFrom; vf != nil {
+			if e.Value != "" {
+				allErrs = append(allErrs, field.Invalid(idx.Child("valueFrom"), "", "may not be specified when `value` is not empty"))
+			}
+			allErrs = append(allErrs, validateEnvVarSource(vf, idx.Child("valueFrom"))...)
 		}
 	}
 	return allErrs
+}
+
+// validateEnvVarSource requires exactly one source and a field path for fieldRef.
+func validateEnvVarSource(vf *corev1.EnvVarSource, fldPath *field.Path) field.ErrorList {
+	n := 0
+	for _, set := range []bool{vf.FieldRef != nil, vf.ResourceFieldRef != nil, vf.ConfigMapKeyRef != nil,
+		vf.SecretKeyRef != nil, vf.FileKeyRef != nil} {
+		if set {
+			n++
+		}
+	}
+	switch {
+	case n == 0:
+		return field.ErrorList{field.Invalid(fldPath, "", "must specify one of: `fieldRef`, `resourceFieldRef`, `configMapKeyRef` or `secretKeyRef`")}
+	case n > 1:
+		return field.ErrorList{field.Invalid(fldPath, "", "may not have more than one field specified at a time")}
+	}
+	if fr := vf.FieldRef; fr != nil && fr.FieldPath == "" {
+		return field.ErrorList{field.Required(fldPath.Child("fieldRef", "fieldPath"), "")}
+	}
+	if rr := vf.ResourceFieldRef; rr != nil && rr.Resource == "" {
+		return field.ErrorList{field.Required(fldPath.Child("resourceFieldRef", "resource"), "")}
+	}
+	return nil
 }
 
 func validateVolumeMounts(mounts []corev1.VolumeMount, vols sets.Set[string], fldPath *field.Path) field.ErrorList {
@@ -394,117 +442,6 @@ func validatePortNumOrName(num int, name string, p *field.Path) field.ErrorList 
 		errs = append(errs, field.Invalid(p, num, msg))
 	}
 	return errs
-}
-
-var (
-	tolerationOperators = []corev1.TolerationOperator{corev1.TolerationOpEqual, corev1.TolerationOpExists}
-	taintEffects        = []corev1.TaintEffect{corev1.TaintEffectNoSchedule, corev1.TaintEffectPreferNoSchedule, corev1.TaintEffectNoExecute}
-)
-
-// validateTolerations follows Kubernetes' ValidateTolerations.
-func validateTolerations(ts []corev1.Toleration, fldPath *field.Path) field.ErrorList {
-	var allErrs field.ErrorList
-	for i, t := range ts {
-		idx := fldPath.Index(i)
-		if t.Key != "" {
-			allErrs = append(allErrs, metav1validation.ValidateLabelName(t.Key, idx.Child("key"))...)
-		}
-		if t.Key == "" && t.Operator != corev1.TolerationOpExists {
-			allErrs = append(allErrs, field.Invalid(idx.Child("operator"), t.Operator,
-				"operator must be Exists when `key` is empty, which means \"match all values and all keys\""))
-		}
-		if t.TolerationSeconds != nil && t.Effect != corev1.TaintEffectNoExecute {
-			allErrs = append(allErrs, field.Invalid(idx.Child("effect"), t.Effect,
-				"effect must be 'NoExecute' when `tolerationSeconds` is set"))
-		}
-		switch t.Operator {
-		case corev1.TolerationOpEqual, "":
-			for _, msg := range utilvalidation.IsValidLabelValue(t.Value) {
-				allErrs = append(allErrs, field.Invalid(idx.Child("operator"), t.Value, msg))
-			}
-		case corev1.TolerationOpExists:
-			if t.Value != "" {
-				allErrs = append(allErrs, field.Invalid(idx.Child("operator"), t, "value must be empty when `operator` is 'Exists'"))
-			}
-		default:
-			allErrs = append(allErrs, field.NotSupported(idx.Child("operator"), t.Operator, tolerationOperators))
-		}
-		if t.Effect != "" {
-			allErrs = append(allErrs, validateTaintEffect(t.Effect, idx.Child("effect"))...)
-		}
-	}
-	return allErrs
-}
-
-func validateTaintEffect(e corev1.TaintEffect, p *field.Path) field.ErrorList {
-	for _, ok := range taintEffects {
-		if e == ok {
-			return nil
-		}
-	}
-	if e == "" {
-		return field.ErrorList{field.Required(p, "")}
-	}
-	return field.ErrorList{field.NotSupported(p, e, taintEffects)}
-}
-
-var nodeSelectorOperators = []corev1.NodeSelectorOperator{
-	corev1.NodeSelectorOpIn, corev1.NodeSelectorOpNotIn, corev1.NodeSelectorOpExists,
-	corev1.NodeSelectorOpDoesNotExist, corev1.NodeSelectorOpGt, corev1.NodeSelectorOpLt,
-}
-
-// validateAffinity checks required node affinity terms, which the DaemonSet
-// controller evaluates; preferred terms and pod (anti-)affinity are stored as is.
-func validateAffinity(a *corev1.Affinity, fldPath *field.Path) field.ErrorList {
-	if a == nil || a.NodeAffinity == nil || a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
-		return nil
-	}
-	var allErrs field.ErrorList
-	p := fldPath.Child("nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution")
-	terms := a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
-	if len(terms) == 0 {
-		return append(allErrs, field.Required(p.Child("nodeSelectorTerms"), "must have at least one node selector term"))
-	}
-	for i, t := range terms {
-		tp := p.Child("nodeSelectorTerms").Index(i)
-		for j, r := range t.MatchExpressions {
-			rp := tp.Child("matchExpressions").Index(j)
-			allErrs = append(allErrs, validateNodeSelectorRequirement(r, rp)...)
-			allErrs = append(allErrs, metav1validation.ValidateLabelName(r.Key, rp.Child("key"))...)
-		}
-		for j, r := range t.MatchFields {
-			rp := tp.Child("matchFields").Index(j)
-			if r.Key != "metadata.name" {
-				allErrs = append(allErrs, field.NotSupported(rp.Child("key"), r.Key, []string{"metadata.name"}))
-			}
-			if r.Operator != corev1.NodeSelectorOpIn && r.Operator != corev1.NodeSelectorOpNotIn {
-				allErrs = append(allErrs, field.Invalid(rp.Child("operator"), r.Operator, "not a valid selector operator"))
-			} else if len(r.Values) != 1 {
-				allErrs = append(allErrs, field.Required(rp.Child("values"), "must be only one value when `operator` is 'In' or 'NotIn' for node field selector"))
-			}
-		}
-	}
-	return allErrs
-}
-
-func validateNodeSelectorRequirement(r corev1.NodeSelectorRequirement, p *field.Path) field.ErrorList {
-	switch r.Operator {
-	case corev1.NodeSelectorOpIn, corev1.NodeSelectorOpNotIn:
-		if len(r.Values) == 0 {
-			return field.ErrorList{field.Required(p.Child("values"), "must be specified when `operator` is 'In' or 'NotIn'")}
-		}
-	case corev1.NodeSelectorOpExists, corev1.NodeSelectorOpDoesNotExist:
-		if len(r.Values) > 0 {
-			return field.ErrorList{field.Forbidden(p.Child("values"), "may not be specified when `operator` is 'Exists' or 'DoesNotExist'")}
-		}
-	case corev1.NodeSelectorOpGt, corev1.NodeSelectorOpLt:
-		if len(r.Values) != 1 {
-			return field.ErrorList{field.Required(p.Child("values"), "must be specified single value when `operator` is 'Lt' or 'Gt'")}
-		}
-	default:
-		return field.ErrorList{field.NotSupported(p.Child("operator"), r.Operator, nodeSelectorOperators)}
-	}
-	return nil
 }
 
 // podUpdatableFields is Kubernetes' message for forbidden pod spec updates.

@@ -131,6 +131,22 @@ func TestValidatePodSpec(t *testing.T) {
 			p.Spec.Containers[0].ReadinessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Port: intstr.FromInt32(0)}}}
 			Default(resources.Pods, p)
 		}, c0 + ".readinessProbe.httpGet.port: Invalid value: 0"},
+		{"env valueFrom empty", func(p *corev1.Pod) {
+			p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "A", ValueFrom: &corev1.EnvVarSource{}}}
+		},
+			c0 + ".env[0].valueFrom: Invalid value: \"\": must specify one of"},
+		{"env fieldRef without path", func(p *corev1.Pod) {
+			p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "A", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1"}}}}
+		}, c0 + ".env[0].valueFrom.fieldRef.fieldPath: Required value"},
+		{"duplicate host port", func(p *corev1.Pod) {
+			p.Spec.Containers[0].Ports[0].HostPort = 8080
+			p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: "two", Image: "x", ImagePullPolicy: "Always", TerminationMessagePolicy: "File",
+				Ports: []corev1.ContainerPort{{ContainerPort: 9090, HostPort: 8080, Protocol: "TCP"}}})
+		}, "spec.containers[1].ports[0].hostPort: Duplicate value: \"TCP//8080\""},
+		{"same host port other protocol", func(p *corev1.Pod) {
+			p.Spec.Containers[0].Ports[0].HostPort = 8080
+			p.Spec.Containers[0].Ports = append(p.Spec.Containers[0].Ports, corev1.ContainerPort{ContainerPort: 8080, HostPort: 8080, Protocol: "UDP"})
+		}, ""},
 		{"env name missing", func(p *corev1.Pod) { p.Spec.Containers[0].Env = []corev1.EnvVar{{Value: "x"}} }, c0 + ".env[0].name: Required value"},
 		{"activeDeadlineSeconds zero", func(p *corev1.Pod) { p.Spec.ActiveDeadlineSeconds = ptr.To[int64](0) },
 			"spec.activeDeadlineSeconds: Invalid value: 0: must be between 1 and 2147483647, inclusive"},
