@@ -174,14 +174,16 @@ func (a *Agent) syncPod(ctx context.Context, uid types.UID) (time.Duration, erro
 		return 0, err
 	}
 	held := st.held(pod)
-	terminal := held.Phase == corev1.PodSucceeded || held.Phase == corev1.PodFailed
+	if held.Phase == corev1.PodSucceeded || held.Phase == corev1.PodFailed {
+		// Terminal: nothing runs again and the final status stays as written.
+		return 0, nil
+	}
 	podIP := a.podIP(pod, held, obs)
 	for _, cs := range st.containers {
 		cs.waiting = nil
 	}
 	var todo []*corev1.Container
 	switch {
-	case terminal:
 	case !initialized(pod, obs):
 		// Init containers run one at a time, in order, each to success.
 		for i := range pod.Spec.InitContainers {
@@ -252,6 +254,18 @@ func (a *Agent) syncContainer(ctx context.Context, pod *corev1.Pod, c *corev1.Co
 		return a.startContainer(ctx, pod, c, cs, 0, now)
 	}
 	cur := list[0]
+	if cur.Image != c.Image {
+		// The spec's image changed (the one mutable container field): replace
+		// the container now, without back-off, as kubelet does.
+		a.log.Info("container image changed, replacing container", "pod", podRef(pod), "container", c.Name,
+			"from", cur.Image, "to", c.Image)
+		if cur.State == runtime.StateRunning {
+			if err := a.rt.StopContainer(ctx, cur.ID, podGrace(pod, nil)); err != nil && !runtime.IsNotFound(err) {
+				return time.Time{}, false, fmt.Errorf("nodeagent: stop container %s: %w", cur.ID, err)
+			}
+		}
+		return a.startContainer(ctx, pod, c, cs, attemptOf(cur.Labels)+1, now)
+	}
 	switch cur.State {
 	case runtime.StateRunning:
 		return a.probeContainer(ctx, pod, c, cs, cur, podIP, now)

@@ -279,3 +279,29 @@ func TestCrashDelay(t *testing.T) {
 		}
 	}
 }
+
+func TestImageChangeReplacesContainer(t *testing.T) {
+	e := newEnv(t, rtfake.Config{Images: []string{"busybox:1.36", "busybox:1.37"}})
+	e.seed(newPod("upd"))
+	e.sync("upd")
+	p := e.get("upd")
+	p.Spec.Containers[0].Image = "busybox:1.37"
+	e.agent.pods.Update(p)
+	if _, err := e.agent.syncPod(t.Context(), p.UID); err != nil {
+		t.Fatal(err)
+	}
+	p = e.get("upd")
+	s := cstatus(t, p)
+	if s.State.Running == nil || s.RestartCount != 1 || s.Image != "busybox:1.37" {
+		t.Fatalf("after the image change: %+v", s)
+	}
+	var running []string
+	for _, c := range e.containers(runtime.Labels{runtime.LabelPodUID: "uid-upd"}) {
+		if c.State == runtime.StateRunning {
+			running = append(running, c.Image)
+		}
+	}
+	if len(running) != 1 || running[0] != "busybox:1.37" {
+		t.Errorf("running containers: %v", running)
+	}
+}

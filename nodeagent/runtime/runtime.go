@@ -139,8 +139,10 @@ type Image struct {
 
 // Container is one entry of ListContainers.
 type Container struct {
-	ID      string
-	Image   string // the reference the container was created from
+	ID string
+	// Image is ContainerSpec.Image exactly as given at creation: the agent
+	// compares it with the pod spec to notice an image change.
+	Image   string
 	ImageID string
 	State   State
 	Labels  map[string]string
@@ -149,8 +151,10 @@ type Container struct {
 
 // ContainerStatus is what ContainerStatus reports.
 type ContainerStatus struct {
-	ID      string
-	Image   string
+	ID string
+	// Image is ContainerSpec.Image exactly as given at creation.
+	Image string
+	// ImageID is the image's content ID, reported as the pod's imageID.
 	ImageID string
 	State   State
 	// Labels and Annotations as given in the ContainerSpec.
