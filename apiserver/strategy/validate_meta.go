@@ -63,6 +63,18 @@ func ValidateUpdate(r *resources.Resource, obj, old resources.Object) field.Erro
 		if !apiequality.Semantic.DeepEqual(o.Data, oc.Data) {
 			allErrs = append(allErrs, field.Invalid(field.NewPath("data"), "", "field is immutable"))
 		}
+	case *corev1.Node:
+		on, ok := old.(*corev1.Node)
+		if !ok {
+			return append(allErrs, typeMismatch(obj, old))
+		}
+		allErrs = append(allErrs, validateNode(o)...)
+		if on.Spec.PodCIDR != "" && o.Spec.PodCIDR != on.Spec.PodCIDR {
+			allErrs = append(allErrs, field.Forbidden(field.NewPath("spec", "podCIDR"), "node updates may not change podCIDR except from \"\" to valid"))
+		}
+		if on.Spec.ProviderID != "" && o.Spec.ProviderID != on.Spec.ProviderID {
+			allErrs = append(allErrs, field.Forbidden(field.NewPath("spec", "providerID"), "node updates may not change providerID except from \"\" to valid"))
+		}
 	default:
 		allErrs = append(allErrs, validateKind(obj)...)
 	}

@@ -298,3 +298,18 @@ func TestValidateUpdateWithoutResourceVersion(t *testing.T) {
 		}
 	}
 }
+
+func TestValidateNodeUpdate(t *testing.T) {
+	old := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", ResourceVersion: "2"}, Spec: corev1.NodeSpec{PodCIDR: "10.0.0.0/24"}}
+	n := old.DeepCopy()
+	n.Spec.Taints = []corev1.Taint{{Key: "k", Effect: "NoSchedule"}}
+	n.Spec.Unschedulable = true
+	if errs := ValidateUpdate(resources.Nodes, n, old); len(errs) > 0 {
+		t.Errorf("taint and cordon invalid: %v", errs)
+	}
+	n.Spec.Taints[0].Effect = "Sometimes"
+	wantFieldError(t, ValidateUpdate(resources.Nodes, n, old), "spec.taints[0].effect: Unsupported value")
+	n.Spec.Taints = nil
+	n.Spec.PodCIDR = "10.0.1.0/24"
+	wantFieldError(t, ValidateUpdate(resources.Nodes, n, old), "spec.podCIDR: Forbidden")
+}
