@@ -4,6 +4,7 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strings"
 	"testing"
 
 	apidiscoveryv2 "k8s.io/api/apidiscovery/v2"
@@ -139,5 +140,47 @@ func TestAggregatedVersion(t *testing.T) {
 		if got := aggregatedVersion(accept); got != want {
 			t.Errorf("aggregatedVersion(%q) = %q, want %q", accept, got, want)
 		}
+	}
+}
+
+// TestOpenAPIStub: the v3 root names one document per group version, each
+// with a PATCH operation per kind that takes fieldValidation.
+func TestOpenAPIStub(t *testing.T) {
+	e := newEnv(t)
+	var root struct {
+		Paths map[string]struct {
+			ServerRelativeURL string `json:"serverRelativeURL"`
+		} `json:"paths"`
+	}
+	e.get("/openapi/v3").must(t, http.StatusOK, &root)
+	ref, ok := root.Paths["apis/apps/v1"]
+	if !ok || !strings.HasPrefix(ref.ServerRelativeURL, "/openapi/v3/apis/apps/v1?hash=") || len(root.Paths) != 2 {
+		t.Fatalf("root %+v", root)
+	}
+	var doc struct {
+		Paths map[string]struct {
+			Patch struct {
+				GVK        map[string]string `json:"x-kubernetes-group-version-kind"`
+				Parameters []struct {
+					Name string `json:"name"`
+					In   string `json:"in"`
+				} `json:"parameters"`
+			} `json:"patch"`
+		} `json:"paths"`
+	}
+	e.get(ref.ServerRelativeURL).must(t, http.StatusOK, &doc)
+	p := doc.Paths["/apis/apps/v1/namespaces/{namespace}/daemonsets/{name}"].Patch
+	if p.GVK["kind"] != "DaemonSet" || p.GVK["group"] != "apps" || len(p.Parameters) != 1 || p.Parameters[0].Name != "fieldValidation" {
+		t.Errorf("daemonset patch op %+v", p)
+	}
+	e.get(root.Paths["api/v1"].ServerRelativeURL).must(t, http.StatusOK, &doc)
+	if doc.Paths["/api/v1/nodes/{name}"].Patch.GVK["kind"] != "Node" {
+		t.Errorf("v1 doc %+v", doc.Paths)
+	}
+	if r := e.get("/openapi/v3/apis/batch/v1"); r.code != http.StatusNotFound {
+		t.Errorf("unknown document: %d", r.code)
+	}
+	if r := e.get("/openapi/v2"); r.code != http.StatusNotFound {
+		t.Errorf("/openapi/v2: %d", r.code)
 	}
 }

@@ -37,14 +37,21 @@ func (s *Server) routes() *http.ServeMux {
 	for _, r := range resources.All() {
 		s.resourceRoutes(mux, r)
 	}
+	mux.HandleFunc("GET /openapi/v3", s.serveOpenAPIRoot)
+	mux.HandleFunc("GET /openapi/v3/{path...}", s.serveOpenAPIDoc)
 	mux.HandleFunc("/", func(w http.ResponseWriter, req *http.Request) {
-		s.writeError(w, req, &apierrors.StatusError{ErrStatus: metav1.Status{
-			Status: metav1.StatusFailure, Code: http.StatusNotFound, Reason: metav1.StatusReasonNotFound,
-			Message: fmt.Sprintf("the server could not find the requested resource (%s %s)", req.Method, req.URL.Path),
-			Details: &metav1.StatusDetails{Causes: []metav1.StatusCause{{Type: metav1.CauseTypeUnexpectedServerResponse, Message: "404 page not found"}}},
-		}})
+		s.writeError(w, req, errNotFoundPath(req))
 	})
 	return mux
+}
+
+// errNotFoundPath is the 404 for a path the server does not serve.
+func errNotFoundPath(req *http.Request) error {
+	return &apierrors.StatusError{ErrStatus: metav1.Status{
+		Status: metav1.StatusFailure, Code: http.StatusNotFound, Reason: metav1.StatusReasonNotFound,
+		Message: fmt.Sprintf("the server could not find the requested resource (%s %s)", req.Method, req.URL.Path),
+		Details: &metav1.StatusDetails{Causes: []metav1.StatusCause{{Type: metav1.CauseTypeUnexpectedServerResponse, Message: "404 page not found"}}},
+	}}
 }
 
 // groupVersionPath is "/api/v1" for the core group, "/apis/<group>/<version>" otherwise.

@@ -76,6 +76,7 @@ type Server struct {
 	version version.Info
 	metrics *metrics
 	disc    *discovery
+	openapi *openAPIStub
 	handler http.Handler
 
 	// ctx is the server-wide context: it ends every open watch stream.
@@ -118,6 +119,11 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.store = &instrumentedStore{st: cfg.Store, m: s.metrics}
 	s.disc = newDiscovery(resources.All())
+	oa, err := newOpenAPIStub(s.disc.gvs, s.disc.byGV)
+	if err != nil {
+		return nil, fmt.Errorf("apiserver: build OpenAPI document: %w", err)
+	}
+	s.openapi = oa
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.handler = s.withRecover(s.withMetrics(s.withAuthentication(s.routes())))
 	return s, nil

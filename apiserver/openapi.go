@@ -1,0 +1,90 @@
+package apiserver
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"net/http"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/everynode/everynode/resources"
+)
+
+// openAPIStub is the minimal OpenAPI v3 kubectl needs (REFERENCE-kubectl.md
+// §1.6): per group version, one PATCH operation per kind carrying
+// x-kubernetes-group-version-kind and a fieldValidation query parameter, which
+// makes kubectl leave validation to the server (fieldValidation=Strict) instead
+// of failing "failed to download openapi". It has no schemas, so
+// `kubectl explain` is not served.
+type openAPIStub struct {
+	root []byte            // GET /openapi/v3
+	docs map[string][]byte // "api/v1" → document
+}
+
+func newOpenAPIStub(gvs []schema.GroupVersion, byGV map[schema.GroupVersion][]*resources.Resource) (*openAPIStub, error) {
+	type ref struct {
+		ServerRelativeURL string `json:"serverRelativeURL"`
+	}
+	o := &openAPIStub{docs: map[string][]byte{}}
+	paths := map[string]ref{}
+	for _, gv := range gvs {
+		key := strings.TrimPrefix(groupVersionPath(gv), "/")
+		doc, err := json.Marshal(openAPIDoc(byGV[gv]))
+		if err != nil {
+			return nil, err
+		}
+		sum := sha256.Sum256(doc)
+		o.docs[key] = doc
+		paths[key] = ref{ServerRelativeURL: "/openapi/v3/" + key + "?hash=" + strings.ToUpper(hex.EncodeToString(sum[:]))}
+	}
+	root, err := json.Marshal(map[string]any{"paths": paths})
+	if err != nil {
+		return nil, err
+	}
+	o.root = root
+	return o, nil
+}
+
+func openAPIDoc(rs []*resources.Resource) map[string]any {
+	paths := map[string]any{}
+	for _, r := range rs {
+		item := groupVersionPath(r.GroupVersion()) + "/" + r.Name + "/{name}"
+		if r.Namespaced {
+			item = groupVersionPath(r.GroupVersion()) + "/namespaces/{namespace}/" + r.Name + "/{name}"
+		}
+		paths[item] = map[string]any{"patch": map[string]any{
+			"x-kubernetes-group-version-kind": map[string]string{"group": r.Group, "version": r.Version, "kind": r.Kind},
+			"parameters": []map[string]any{
+				{"name": "fieldValidation", "in": "query", "schema": map[string]string{"type": "string"}},
+			},
+		}}
+	}
+	return map[string]any{
+		"openapi": "3.0.0",
+		"info":    map[string]string{"title": "Kubernetes", "version": "v1.32.0"},
+		"paths":   paths,
+	}
+}
+
+func (s *Server) serveOpenAPIRoot(w http.ResponseWriter, req *http.Request) {
+	setScope(req.Context(), "get", "")
+	writeRaw(w, s.openapi.root)
+}
+
+func (s *Server) serveOpenAPIDoc(w http.ResponseWriter, req *http.Request) {
+	setScope(req.Context(), "get", "")
+	doc, ok := s.openapi.docs[strings.TrimPrefix(req.URL.Path, "/openapi/v3/")]
+	if !ok {
+		s.writeError(w, req, errNotFoundPath(req))
+		return
+	}
+	writeRaw(w, doc)
+}
+
+func writeRaw(w http.ResponseWriter, b []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(b)
+}
