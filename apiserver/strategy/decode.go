@@ -2,8 +2,9 @@
 // decoding request bodies (with Kubernetes' strict field validation), defaulting,
 // server-set metadata on create and update, validation, and patch application.
 //
-// Every function is pure: no I/O, no package-level state; time and UID
-// generation are injected. The HTTP layer calls them in Kubernetes' order:
+// The functions do no I/O and keep no mutable package state; the clock and
+// UID generation are injected (only generateName's random suffix comes from
+// apimachinery's random source). The HTTP layer calls them in Kubernetes' order:
 // Decode → Default → PrepareForCreate → ValidateCreate on POST, and
 // Decode or ApplyPatch → Default → PrepareForUpdate → ValidateUpdate on PUT
 // and PATCH. The rules follow REFERENCE-daemonset.md §6 and the upstream

@@ -19,6 +19,7 @@ const (
 	defaultProbePeriod            int32 = 10
 	defaultProbeSuccess           int32 = 1
 	defaultProbeFailure           int32 = 3
+	defaultTokenExpirationSeconds int64 = 3600
 )
 
 // Default applies the defaults Kubernetes applies on create and update:
@@ -169,6 +170,8 @@ func defaultContainer(c *corev1.Container) {
 	for _, p := range []*corev1.Probe{c.LivenessProbe, c.ReadinessProbe, c.StartupProbe} {
 		defaultProbe(p)
 	}
+	roundUpResources(c.Resources.Limits)
+	roundUpResources(c.Resources.Requests)
 	if c.Lifecycle != nil {
 		defaultHandler(c.Lifecycle.PostStart)
 		defaultHandler(c.Lifecycle.PreStop)
@@ -211,6 +214,20 @@ func defaultProbe(p *corev1.Probe) {
 	}
 	if h := p.HTTPGet; h != nil {
 		defaultHTTPGet(h)
+	}
+	if g := p.GRPC; g != nil && g.Service == nil {
+		g.Service = new(string)
+	}
+}
+
+// roundUpResources is SetDefaults_ResourceList: quantities are rounded up to
+// milli precision ("0.0001" CPU becomes "1m").
+func roundUpResources(rl corev1.ResourceList) {
+	for k, v := range rl {
+		if v.RoundUp(-3) {
+			continue
+		}
+		rl[k] = v
 	}
 }
 
@@ -257,9 +274,17 @@ func defaultVolume(v *corev1.Volume) {
 			}
 		}
 	}
-	if vs.Projected != nil && vs.Projected.DefaultMode == nil {
-		m := defaultVolumeMode
-		vs.Projected.DefaultMode = &m
+	if vs.Projected != nil {
+		if vs.Projected.DefaultMode == nil {
+			m := defaultVolumeMode
+			vs.Projected.DefaultMode = &m
+		}
+		for i := range vs.Projected.Sources {
+			if t := vs.Projected.Sources[i].ServiceAccountToken; t != nil && t.ExpirationSeconds == nil {
+				v := defaultTokenExpirationSeconds
+				t.ExpirationSeconds = &v
+			}
+		}
 	}
 }
 
@@ -279,4 +304,6 @@ func defaultNode(n *corev1.Node) {
 	if n.Status.Allocatable == nil && n.Status.Capacity != nil {
 		n.Status.Allocatable = n.Status.Capacity.DeepCopy()
 	}
+	roundUpResources(n.Status.Capacity)
+	roundUpResources(n.Status.Allocatable)
 }

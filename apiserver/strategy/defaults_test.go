@@ -173,8 +173,11 @@ func TestDefaultPod(t *testing.T) {
 		HostNetwork: true,
 		Containers: []corev1.Container{{
 			Name: "c", Image: "img:1",
-			Ports:          []corev1.ContainerPort{{ContainerPort: 8080}},
-			Resources:      corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}},
+			Ports: []corev1.ContainerPort{{ContainerPort: 8080}},
+			Resources: corev1.ResourceRequirements{
+				Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")},
+				Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("0.0001")},
+			},
 			LivenessProbe:  &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Port: intstr.FromInt32(8080)}}},
 			ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(8080)}}, PeriodSeconds: 3},
 			Env:            []corev1.EnvVar{{Name: "N", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}}},
@@ -190,6 +193,7 @@ func TestDefaultPod(t *testing.T) {
 		{"hostPort", c.Ports[0].HostPort, int32(8080)},
 		{"protocol", c.Ports[0].Protocol, corev1.ProtocolTCP},
 		{"requests from limits", c.Resources.Requests.Cpu().String(), "1"},
+		{"quantities rounded up to milli", c.Resources.Requests.Memory().String(), "1m"},
 		{"enableServiceLinks", *pod.Spec.EnableServiceLinks, true},
 		{"liveness timeout", c.LivenessProbe.TimeoutSeconds, int32(1)},
 		{"liveness period", c.LivenessProbe.PeriodSeconds, int32(10)},

@@ -106,7 +106,8 @@ func setTemplateGeneration(ds *appsv1.DaemonSet, tg int64) {
 //     generation come from old; managedFields are cleared; resourceVersion is
 //     left as the client sent it (the HTTP layer uses it for the CAS);
 //   - status comes from old (a spec update cannot change status);
-//   - generation++ when the spec changed (semantically);
+//   - Pod, Node: generation++ when the spec changed (semantically);
+//     Namespace: spec (finalizers) also comes from old;
 //   - DaemonSet: the templateGeneration annotation comes from old and is
 //     incremented, with generation, when spec.template changed (§6.3).
 func PrepareForUpdate(r *resources.Resource, obj, old resources.Object) {
