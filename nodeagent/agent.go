@@ -171,7 +171,8 @@ func New(cfg Config) (*Agent, error) {
 
 // Run syncs pods until ctx ends, then stops every goroutine it started and
 // returns nil. It returns an error without starting anything when the runtime
-// does not answer. Run may be called once.
+// does not answer, and stops (containers keep running) with the source's
+// error when the pod source fails. Run may be called once.
 func (a *Agent) Run(ctx context.Context) error {
 	v, err := a.rt.Version(ctx)
 	if err != nil {
@@ -184,12 +185,14 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.log.Info("agent starting", "runtime", v.Name, "runtimeVersion", v.Version, "workers", a.cfg.Workers)
 
 	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	var wg sync.WaitGroup
+	srcErr := make(chan error, 1)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		if err := a.source.Run(ctx, a.pods); err != nil && ctx.Err() == nil {
-			a.log.Error("pod source stopped", "err", err)
+			srcErr <- fmt.Errorf("nodeagent: pod source: %w", err)
 		}
 	}()
 	wg.Add(1)
@@ -205,12 +208,17 @@ func (a *Agent) Run(ctx context.Context) error {
 			}
 		}()
 	}
-	<-ctx.Done()
-	a.queue.ShutDown()
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-srcErr:
+		a.log.Error("pod source failed, stopping", "err", runErr)
+	}
 	cancel()
+	a.queue.ShutDown()
 	wg.Wait()
 	a.log.Info("agent stopped")
-	return nil
+	return runErr
 }
 
 // enqueue asks for a sync of uid; before Run there is no queue and nothing

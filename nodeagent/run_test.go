@@ -256,3 +256,20 @@ func TestRunWithCustomSource(t *testing.T) {
 		return len(l) == 1 && l[0].State == runtime.StateRunning
 	})
 }
+
+type failingSource struct{}
+
+func (failingSource) Run(ctx context.Context, sink PodSink) error {
+	return context.DeadlineExceeded
+}
+
+func TestRunStopsWhenSourceFails(t *testing.T) {
+	e := newEnv(t, rtfake.Config{})
+	a, err := New(Config{NodeName: testNode, Runtime: e.rt, Client: e.api, Clock: e.clock, Source: failingSource{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Run(context.Background()); err == nil {
+		t.Fatal("Run returned nil after its source failed")
+	}
+}
