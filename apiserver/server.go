@@ -186,6 +186,11 @@ func (s *Server) Run(ctx context.Context, ln net.Listener, tlsCfg *tls.Config) e
 	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
 	err := srv.Shutdown(sctx)
+	if err != nil {
+		// Some connection would not go idle in time (a client that stopped
+		// reading a watch): cut every connection.
+		_ = srv.Close()
+	}
 	if serr := <-errc; serr != nil && !errors.Is(serr, http.ErrServerClosed) && err == nil {
 		err = serr
 	}
