@@ -362,7 +362,8 @@ func (a *Agent) startContainer(ctx context.Context, pod *corev1.Pod, c *corev1.C
 		}
 		log.Warn("create container failed", "err", err)
 		cs.waiting = &corev1.ContainerStateWaiting{Reason: reasonCreateError, Message: err.Error()}
-		return now.Add(crashDelay(cs.crashes)), false, nil
+		cs.crashes++
+		return now.Add(crashDelay(cs.crashes - 1)), false, nil
 	}
 	if err := a.rt.StartContainer(ctx, id); err != nil {
 		if ctx.Err() != nil {
@@ -371,7 +372,8 @@ func (a *Agent) startContainer(ctx context.Context, pod *corev1.Pod, c *corev1.C
 		log.Warn("start container failed", "err", err)
 		cs.waiting = &corev1.ContainerStateWaiting{Reason: reasonRunContainerError, Message: err.Error()}
 		_ = a.rt.RemoveContainer(ctx, id)
-		return now.Add(crashDelay(cs.crashes)), false, nil
+		cs.crashes++
+		return now.Add(crashDelay(cs.crashes - 1)), false, nil
 	}
 	log.Info("container started", "id", id, "image", c.Image)
 	return time.Time{}, true, nil

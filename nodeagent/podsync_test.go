@@ -1,6 +1,7 @@
 package nodeagent
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -303,5 +304,30 @@ func TestImageChangeReplacesContainer(t *testing.T) {
 	}
 	if len(running) != 1 || running[0] != "busybox:1.37" {
 		t.Errorf("running containers: %v", running)
+	}
+}
+
+func TestStartErrorBacksOff(t *testing.T) {
+	e := newEnv(t, rtfake.Config{})
+	boom := errors.New("cannot start: port 80 taken")
+	e.rt.InjectError("StartContainer", boom, boom)
+	e.seed(newPod("busy"))
+	p, wake := e.sync("busy")
+	if s := cstatus(t, p); waitingReason(s) != reasonRunContainerError || !strings.Contains(s.State.Waiting.Message, "port 80 taken") {
+		t.Fatalf("first start: %+v", s.State)
+	}
+	if wake != 10*time.Second {
+		t.Errorf("wake %s", wake)
+	}
+	e.clock.Step(10 * time.Second)
+	if _, wake = e.sync("busy"); wake != min(20*time.Second, DefaultResyncPeriod) {
+		t.Errorf("second failure: wake %s", wake)
+	}
+	e.clock.Step(20 * time.Second)
+	if p, _ = e.sync("busy"); cstatus(t, p).State.Running == nil {
+		t.Fatalf("not running once start works: %+v", cstatus(t, p).State)
+	}
+	if n := len(e.containers(runtime.Labels{runtime.LabelPodUID: "uid-busy"})); n != 1 {
+		t.Errorf("%d containers; failed starts must not leave theirs", n)
 	}
 }
