@@ -106,6 +106,9 @@ type clientRecorder struct {
 }
 
 func newClientRecorder(c eventCreator, clk clock.PassiveClock, logger *slog.Logger) *clientRecorder {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
 	return &clientRecorder{client: c, clock: clk, logger: logger, queue: make(chan *corev1.Event, 1000)}
 }
 
