@@ -62,7 +62,7 @@ func (s *Server) deleteOne(ctx context.Context, c call, opts *metav1.DeleteOptio
 	for range maxDeleteAttempts {
 		cur, err := s.store.Get(ctx, r, c.namespace, c.name)
 		if err != nil {
-			return nil, err
+			return nil, s.missingNamespace(ctx, c, err)
 		}
 		if err := checkPreconditions(r, cur, opts.Preconditions); err != nil {
 			return nil, err
