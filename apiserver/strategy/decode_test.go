@@ -56,6 +56,8 @@ func TestDecode(t *testing.T) {
 			wantCode: http.StatusBadRequest, wantMsg: "error converting YAML to JSON"},
 		{name: "yaml tab indentation", r: resources.DaemonSets, contentType: "application/yaml", body: "metadata:\n\tname: a\n",
 			wantCode: http.StatusBadRequest, wantMsg: "yaml"},
+		{name: "yaml alias bomb", r: resources.DaemonSets, contentType: "application/yaml", body: yamlBomb,
+			wantCode: http.StatusBadRequest, wantMsg: "excessive aliasing"},
 		{name: "empty body", r: resources.DaemonSets, body: "",
 			wantCode: http.StatusBadRequest, wantMsg: "empty"},
 		{name: "array body", r: resources.DaemonSets, body: `[{"kind":"DaemonSet"}]`,
@@ -115,3 +117,15 @@ func TestInvalidError(t *testing.T) {
 	err := InvalidError(resources.DaemonSets, ds.Name, errs)
 	wantStatus(t, err, http.StatusUnprocessableEntity, `DaemonSet.apps "redis-ds" is invalid: spec.template.metadata.labels: Invalid value`)
 }
+
+// yamlBomb expands to 9^9 strings unless the YAML decoder limits aliasing.
+const yamlBomb = `a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]
+b: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]
+c: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]
+d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]
+e: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d]
+f: &f [*e,*e,*e,*e,*e,*e,*e,*e,*e]
+g: &g [*f,*f,*f,*f,*f,*f,*f,*f,*f]
+h: &h [*g,*g,*g,*g,*g,*g,*g,*g,*g]
+i: &i [*h,*h,*h,*h,*h,*h,*h,*h,*h]
+`
