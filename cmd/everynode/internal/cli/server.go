@@ -259,7 +259,7 @@ func printWelcome(std IO, url, join, dataDir, kubeconfig string) {
 Use it with kubectl or everynode:
   export KUBECONFIG=%s
   kubectl get nodes
-  everynode apply -f examples/
+  everynode apply -f daemonset.yaml
 
 Join an agent (from the machine that should run pods):
   everynode agent --server %s --token $(cat %s)
