@@ -49,6 +49,13 @@ type eventRecorder interface {
 	Eventf(ctx context.Context, obj resources.Object, eventType, reason, format string, args ...any)
 }
 
+// Interface guards.
+var (
+	_ podControl    = clientPodControl{}
+	_ eventRecorder = (*clientRecorder)(nil)
+	_ statusWriter  = client.Interface(nil)
+)
+
 // clientPodControl is the production podControl: the API client plus the
 // SuccessfulCreate/FailedCreate/SuccessfulDelete/FailedDelete events.
 type clientPodControl struct {
