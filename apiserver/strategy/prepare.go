@@ -102,9 +102,11 @@ func setTemplateGeneration(ds *appsv1.DaemonSet, tg int64) {
 
 // PrepareForUpdate applies the update-time rules to obj, the new state, given
 // old, the stored state (Kubernetes' rest.BeforeUpdate plus PrepareForUpdate):
-//   - uid, creationTimestamp, deletionTimestamp, deletionGracePeriodSeconds and
-//     generation come from old; managedFields are cleared; resourceVersion is
-//     left as the client sent it (the HTTP layer uses it for the CAS);
+//   - generation comes from old; uid when obj has none (a different one fails
+//     ValidateUpdate); creationTimestamp, deletionTimestamp and
+//     deletionGracePeriodSeconds when old has them; managedFields are cleared;
+//     resourceVersion is left as the client sent it (the HTTP layer uses it
+//     for the CAS);
 //   - status comes from old (a spec update cannot change status);
 //   - Pod, Node: generation++ when the spec changed (semantically);
 //     Namespace: spec (finalizers) also comes from old;
@@ -159,13 +161,27 @@ func bumpIfChanged(obj resources.Object, spec, oldSpec any) {
 	}
 }
 
-// keepServerMeta copies the immutable server-set metadata from old to obj.
+// keepServerMeta copies the server-set metadata from old to obj as
+// Kubernetes' rest.BeforeUpdate does: generation always; uid only when obj has
+// none (a different uid is a precondition that ValidateUpdate rejects as
+// immutable, which the DaemonSet controller's adoption patches rely on);
+// creationTimestamp, deletionTimestamp and deletionGracePeriodSeconds when old
+// has them (an update can neither change nor remove them, and setting a
+// deletionTimestamp is rejected as immutable).
 func keepServerMeta(obj, old resources.Object) {
-	obj.SetUID(old.GetUID())
-	obj.SetCreationTimestamp(old.GetCreationTimestamp())
-	obj.SetDeletionTimestamp(old.GetDeletionTimestamp())
-	obj.SetDeletionGracePeriodSeconds(old.GetDeletionGracePeriodSeconds())
 	obj.SetGeneration(old.GetGeneration())
+	if obj.GetUID() == "" {
+		obj.SetUID(old.GetUID())
+	}
+	if ct := old.GetCreationTimestamp(); !ct.IsZero() {
+		obj.SetCreationTimestamp(ct)
+	}
+	if dt := old.GetDeletionTimestamp(); dt != nil && !dt.IsZero() {
+		obj.SetDeletionTimestamp(dt)
+	}
+	if g := old.GetDeletionGracePeriodSeconds(); g != nil && obj.GetDeletionGracePeriodSeconds() == nil {
+		obj.SetDeletionGracePeriodSeconds(g)
+	}
 	obj.SetManagedFields(nil)
 }
 

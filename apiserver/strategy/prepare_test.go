@@ -1,6 +1,7 @@
 package strategy
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -234,5 +235,60 @@ func TestStatusUpdate(t *testing.T) {
 	PrepareForStatusUpdate(resources.Nodes, node, oldNode)
 	if !node.Spec.Unschedulable || len(node.Status.Conditions) != 1 {
 		t.Errorf("node status update: %+v", node)
+	}
+}
+
+// TestUpdateServerMetadata: uid in a patch is a precondition, timestamps are kept.
+func TestUpdateServerMetadata(t *testing.T) {
+	cur := stored(t, resources.Pods, func() resources.Object {
+		p := validPod()
+		PrepareForCreate(resources.Pods, p, testNow, testUID)
+		return p
+	}(), "8").(*corev1.Pod)
+
+	// The DaemonSet controller's adoption patch carries the pod's uid.
+	adopt := `{"metadata":{"ownerReferences":[{"apiVersion":"apps/v1","kind":"DaemonSet","name":"ds","uid":"ds-uid","controller":true,"blockOwnerDeletion":true}],"uid":%q}}`
+	obj, err := ApplyPatch(resources.Pods, cur, types.StrategicMergePatchType, []byte(fmt.Sprintf(adopt, cur.UID)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	Default(resources.Pods, obj)
+	PrepareForUpdate(resources.Pods, obj, cur)
+	if errs := ValidateUpdate(resources.Pods, obj, cur); len(errs) > 0 {
+		t.Errorf("adoption with matching uid invalid: %v", errs)
+	}
+	obj, err = ApplyPatch(resources.Pods, cur, types.StrategicMergePatchType, []byte(fmt.Sprintf(adopt, "someone-else")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	PrepareForUpdate(resources.Pods, obj, cur)
+	wantFieldError(t, ValidateUpdate(resources.Pods, obj, cur), `metadata.uid: Invalid value: "someone-else": field is immutable`)
+
+	// Without uid, creationTimestamp or deletion fields the stored ones are kept.
+	next := cur.DeepCopy()
+	next.UID, next.CreationTimestamp = "", metav1.Time{}
+	PrepareForUpdate(resources.Pods, next, cur)
+	if next.UID != cur.UID || !next.CreationTimestamp.Equal(&cur.CreationTimestamp) {
+		t.Errorf("uid %q creationTimestamp %v not kept", next.UID, next.CreationTimestamp)
+	}
+	// An update cannot start a deletion.
+	next = cur.DeepCopy()
+	now := metav1.NewTime(testNow)
+	next.DeletionTimestamp = &now
+	PrepareForUpdate(resources.Pods, next, cur)
+	wantFieldError(t, ValidateUpdate(resources.Pods, next, cur), "metadata.deletionTimestamp")
+	// Nor remove one.
+	deleting := cur.DeepCopy()
+	deleting.DeletionTimestamp = &now
+	deleting.DeletionGracePeriodSeconds = ptr.To[int64](30)
+	next = deleting.DeepCopy()
+	next.DeletionTimestamp, next.DeletionGracePeriodSeconds = nil, nil
+	next.Finalizers = nil
+	PrepareForUpdate(resources.Pods, next, deleting)
+	if next.DeletionTimestamp == nil || next.DeletionGracePeriodSeconds == nil {
+		t.Errorf("deletion fields dropped by an update")
+	}
+	if errs := ValidateUpdate(resources.Pods, next, deleting); len(errs) > 0 {
+		t.Errorf("update of a deleting pod invalid: %v", errs)
 	}
 }
