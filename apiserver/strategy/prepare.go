@@ -106,7 +106,7 @@ func setTemplateGeneration(ds *appsv1.DaemonSet, tg int64) {
 //     ValidateUpdate); creationTimestamp, deletionTimestamp and
 //     deletionGracePeriodSeconds when old has them; managedFields are cleared;
 //     resourceVersion is left as the client sent it (the HTTP layer uses it
-//     for the CAS);
+//     for the CAS); namespace cleared for cluster-scoped resources;
 //   - status comes from old (a spec update cannot change status);
 //   - Pod, Node: generation++ when the spec changed (semantically);
 //     Namespace: spec (finalizers) also comes from old;
@@ -115,6 +115,9 @@ func setTemplateGeneration(ds *appsv1.DaemonSet, tg int64) {
 func PrepareForUpdate(r *resources.Resource, obj, old resources.Object) {
 	keepServerMeta(obj, old)
 	if r != nil {
+		if !r.Namespaced {
+			obj.SetNamespace("")
+		}
 		r.SetTypeMeta(obj)
 	}
 	switch o := obj.(type) {
