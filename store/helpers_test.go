@@ -9,6 +9,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/everynode/everynode/resources"
@@ -55,7 +58,7 @@ func testCtx(t testing.TB) context.Context {
 
 func newPod(ns, name, node string, lbls map[string]string) *corev1.Pod {
 	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: lbls, UID: "uid-" + "name"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: lbls, UID: types.UID("uid-" + name)},
 		Spec: corev1.PodSpec{
 			NodeName:   node,
 			Containers: []corev1.Container{{Name: "c", Image: "busybox:1.36"}},
@@ -118,4 +121,22 @@ func objName(o any) string {
 		return m.GetNamespace() + "/" + m.GetName()
 	}
 	return "?"
+}
+
+func mustField(t testing.TB, s string) fields.Selector {
+	t.Helper()
+	sel, err := fields.ParseSelector(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sel
+}
+
+func mustLabel(t testing.TB, s string) labels.Selector {
+	t.Helper()
+	sel, err := labels.Parse(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sel
 }
