@@ -1,0 +1,348 @@
+package nodelifecycle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
+
+	"github.com/everynode/everynode/client"
+	"github.com/everynode/everynode/controller/internal/informer"
+	"github.com/everynode/everynode/resources"
+)
+
+// Defaults for Config.
+const (
+	// DefaultReconcileInterval re-reads membership for every node even without hints.
+	DefaultReconcileInterval = 10 * time.Second
+	// DefaultGracePeriod is how long a new Node may be unknown to membership
+	// before it is considered unreachable (Kubernetes' node monitor grace is 40s).
+	DefaultGracePeriod = 40 * time.Second
+)
+
+// ReasonTaintManagerEviction is the event reason of an eviction (as Kubernetes).
+const ReasonTaintManagerEviction = "TaintManagerEviction"
+
+const nodeNameIndex = "spec.nodeName"
+
+var discard = logr.Discard()
+
+// Config configures a Controller.
+type Config struct {
+	// Client is the API. Required.
+	Client client.Interface
+	// Membership says which nodes are alive. Required.
+	Membership Membership
+	// Logger; nil discards.
+	Logger *slog.Logger
+	// Clock; nil is the real clock.
+	Clock clock.WithTicker
+	// ReconcileInterval: full re-check of every node; 0 means DefaultReconcileInterval.
+	ReconcileInterval time.Duration
+	// GracePeriod for nodes membership does not know yet; 0 means DefaultGracePeriod.
+	GracePeriod time.Duration
+}
+
+// Controller keeps Nodes' Ready condition and not-ready/unreachable
+// NoExecute taints in line with membership, marks pods on unreachable nodes
+// not ready, and evicts pods that do not tolerate a node's NoExecute taints
+// (honouring tolerationSeconds). Create with New, start once with Run.
+type Controller struct {
+	client    client.Interface
+	members   Membership
+	logger    *slog.Logger
+	clock     clock.WithTicker
+	reconcile time.Duration
+	grace     time.Duration
+
+	informers []cache.SharedIndexInformer
+	nodeStore cache.Indexer
+	podStore  cache.Indexer
+	queue     workqueue.TypedRateLimitingInterface[string]
+}
+
+// New builds a Controller; nothing runs until Run.
+func New(cfg Config) (*Controller, error) {
+	if cfg.Client == nil || cfg.Membership == nil {
+		return nil, errors.New("node lifecycle controller: Config.Client and Config.Membership are required")
+	}
+	c := &Controller{
+		client: cfg.Client, members: cfg.Membership, logger: cfg.Logger, clock: cfg.Clock,
+		reconcile: cfg.ReconcileInterval, grace: cfg.GracePeriod,
+	}
+	if c.logger == nil {
+		c.logger = slog.New(slog.DiscardHandler)
+	}
+	if c.clock == nil {
+		c.clock = clock.RealClock{}
+	}
+	if c.reconcile <= 0 {
+		c.reconcile = DefaultReconcileInterval
+	}
+	if c.grace <= 0 {
+		c.grace = DefaultGracePeriod
+	}
+	c.queue = workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+		workqueue.TypedRateLimitingQueueConfig[string]{Clock: c.clock})
+	nodeInf := informer.New(cfg.Client, resources.Nodes, nil)
+	podInf := informer.New(cfg.Client, resources.Pods, cache.Indexers{nodeNameIndex: func(o any) ([]string, error) {
+		if p, ok := o.(*corev1.Pod); ok && p.Spec.NodeName != "" {
+			return []string{p.Spec.NodeName}, nil
+		}
+		return nil, nil
+	}})
+	c.informers = []cache.SharedIndexInformer{nodeInf, podInf}
+	c.nodeStore, c.podStore = nodeInf.GetIndexer(), podInf.GetIndexer()
+	if _, err := nodeInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.enqueueNode,
+		UpdateFunc: func(_, cur any) { c.enqueueNode(cur) },
+	}); err != nil {
+		return nil, fmt.Errorf("node lifecycle controller: %w", err)
+	}
+	if _, err := podInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.podChanged,
+		UpdateFunc: func(_, cur any) { c.podChanged(cur) },
+	}); err != nil {
+		return nil, fmt.Errorf("node lifecycle controller: %w", err)
+	}
+	return c, nil
+}
+
+func (c *Controller) enqueueNode(obj any) {
+	if n, ok := obj.(*corev1.Node); ok {
+		c.queue.Add(n.Name)
+	}
+}
+
+// podChanged enqueues the pod's node when that node might evict it.
+func (c *Controller) podChanged(obj any) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok || pod.Spec.NodeName == "" || pod.DeletionTimestamp != nil {
+		return
+	}
+	o, exists, _ := c.nodeStore.GetByKey(pod.Spec.NodeName)
+	if !exists {
+		return
+	}
+	node := o.(*corev1.Node)
+	for _, t := range node.Spec.Taints {
+		if t.Effect == corev1.TaintEffectNoExecute {
+			c.queue.Add(node.Name)
+			return
+		}
+	}
+	if r := readyCondition(node); r != nil && r.Status == corev1.ConditionUnknown {
+		c.queue.Add(node.Name)
+	}
+}
+
+func (c *Controller) enqueueAll() {
+	for _, k := range c.nodeStore.ListKeys() {
+		c.queue.Add(k)
+	}
+}
+
+// Run starts the informers, waits for their caches, runs workers and the
+// membership loop (hints plus a ReconcileInterval ticker), and blocks until
+// ctx ends; it returns after every goroutine it started has stopped.
+func (c *Controller) Run(ctx context.Context, workers int) error {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer c.queue.ShutDown()
+	for _, inf := range c.informers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			inf.RunWithContext(ctx)
+		}()
+	}
+	synced := make([]cache.InformerSynced, len(c.informers))
+	for i, inf := range c.informers {
+		synced[i] = inf.HasSynced
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+		return fmt.Errorf("node lifecycle controller: caches did not sync: %w", ctx.Err())
+	}
+	for i := 0; i < workers; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for c.processNextWorkItem(ctx) {
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := c.clock.NewTicker(c.reconcile)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-c.members.Changed():
+				c.enqueueAll()
+			case <-t.C():
+				c.enqueueAll()
+			}
+		}
+	}()
+	c.logger.Info("node lifecycle controller: started", "workers", workers)
+	<-ctx.Done()
+	return nil
+}
+
+func (c *Controller) processNextWorkItem(ctx context.Context) bool {
+	key, shutdown := c.queue.Get()
+	if shutdown {
+		return false
+	}
+	defer c.queue.Done(key)
+	if err := c.sync(ctx, key); err != nil {
+		if ctx.Err() == nil {
+			c.logger.Warn("node lifecycle sync failed; will retry", "node", key, "err", err)
+		}
+		c.queue.AddRateLimited(key)
+		return true
+	}
+	c.queue.Forget(key)
+	return true
+}
+
+// sync reconciles one node: Ready condition, lifecycle taints, pod
+// readiness on unreachable nodes, evictions. Level-triggered.
+func (c *Controller) sync(ctx context.Context, name string) error {
+	obj, exists, err := c.nodeStore.GetByKey(name)
+	if err != nil || !exists {
+		return err
+	}
+	node := obj.(*corev1.Node)
+	now := c.clock.Now()
+	var member Member
+	known := false
+	for _, m := range c.members.Members() {
+		if m.Name == name {
+			member, known = m, true
+			break
+		}
+	}
+	if cond, changed := desiredReady(node, member, known, now, c.grace); changed {
+		toUpdate := node.DeepCopy()
+		setCondition(toUpdate, cond)
+		o, err := c.client.UpdateStatus(ctx, toUpdate, client.WriteOptions{})
+		if err != nil {
+			return fmt.Errorf("update node %s ready condition: %w", name, err)
+		}
+		node = o.(*corev1.Node)
+		c.logger.Info("node readiness changed", "node", name, "ready", cond.Status, "reason", cond.Reason)
+	}
+	ready := readyCondition(node)
+	if taints, changed := desiredTaints(node.Spec.Taints, ready, now); changed {
+		toUpdate := node.DeepCopy()
+		toUpdate.Spec.Taints = taints
+		o, err := c.client.Update(ctx, toUpdate, client.WriteOptions{})
+		if err != nil {
+			return fmt.Errorf("update node %s taints: %w", name, err)
+		}
+		node = o.(*corev1.Node)
+	}
+
+	objs, err := c.podStore.ByIndex(nodeNameIndex, name)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	var next time.Duration
+	for _, o := range objs {
+		pod := o.(*corev1.Pod)
+		if pod.DeletionTimestamp != nil {
+			continue
+		}
+		if ready != nil && ready.Status == corev1.ConditionUnknown {
+			if err := c.markPodNotReady(ctx, pod, now); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		at, evict := evictionTime(pod, node.Spec.Taints, now)
+		if !evict {
+			continue
+		}
+		if d := at.Sub(now); d > 0 {
+			if next == 0 || d < next {
+				next = d
+			}
+			continue
+		}
+		if err := c.evict(ctx, pod, node.Name); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if next > 0 {
+		c.queue.AddAfter(name, next)
+	}
+	return errors.Join(errs...)
+}
+
+// markPodNotReady sets the pod's Ready condition False: its agent is
+// unreachable and cannot report (Kubernetes' MarkPodsNotReady).
+func (c *Controller) markPodNotReady(ctx context.Context, pod *corev1.Pod, now time.Time) error {
+	for i, cond := range pod.Status.Conditions {
+		if cond.Type != corev1.PodReady || cond.Status == corev1.ConditionFalse {
+			continue
+		}
+		toUpdate := pod.DeepCopy()
+		toUpdate.Status.Conditions[i].Status = corev1.ConditionFalse
+		toUpdate.Status.Conditions[i].Reason = "NodeUnreachable"
+		toUpdate.Status.Conditions[i].LastTransitionTime = metav1.NewTime(now)
+		if equality.Semantic.DeepEqual(toUpdate.Status, pod.Status) {
+			return nil
+		}
+		if _, err := c.client.UpdateStatus(ctx, toUpdate, client.WriteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("mark pod %s/%s not ready: %w", pod.Namespace, pod.Name, err)
+		}
+		return nil
+	}
+	return nil
+}
+
+func (c *Controller) evict(ctx context.Context, pod *corev1.Pod, node string) error {
+	uid := pod.UID
+	_, err := c.client.Delete(ctx, resources.Pods, pod.Namespace, pod.Name,
+		metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return fmt.Errorf("evict pod %s/%s from node %s: %w", pod.Namespace, pod.Name, node, err)
+	}
+	if err == nil {
+		c.logger.Info("evicted pod", "pod", pod.Namespace+"/"+pod.Name, "node", node)
+		c.event(ctx, pod, "Marking for deletion Pod "+pod.Namespace+"/"+pod.Name)
+	}
+	return nil
+}
+
+// event writes a best-effort Normal event about pod.
+func (c *Controller) event(ctx context.Context, pod *corev1.Pod, msg string) {
+	now := metav1.NewTime(c.clock.Now())
+	ev := &corev1.Event{
+		ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: fmt.Sprintf("%s.%x", pod.Name, now.UnixNano())},
+		InvolvedObject: corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Namespace: pod.Namespace, Name: pod.Name,
+			UID: pod.UID, ResourceVersion: pod.ResourceVersion},
+		Reason: ReasonTaintManagerEviction, Message: msg, Type: corev1.EventTypeNormal,
+		Source:         corev1.EventSource{Component: "node-lifecycle-controller"},
+		FirstTimestamp: now, LastTimestamp: now, Count: 1,
+		ReportingController: "everynode.io/node-lifecycle-controller",
+	}
+	if _, err := c.client.Create(ctx, ev, client.WriteOptions{}); err != nil {
+		c.logger.Debug("cannot write eviction event", "pod", pod.Namespace+"/"+pod.Name, "err", err)
+	}
+}

@@ -1,0 +1,20 @@
+package nodelifecycle
+
+// Member is one node as cluster membership (gossip) sees it.
+type Member struct {
+	// Name is the node name, equal to the Node object's name.
+	Name string
+	// Alive is false once failure detection declared the member dead or it left.
+	Alive bool
+}
+
+// Membership tells the controller which nodes are alive. The agent side
+// implements it over memberlist. Implementations are safe for concurrent use.
+type Membership interface {
+	// Members returns the current members; it must not block for long.
+	Members() []Member
+	// Changed delivers a hint whenever membership may have changed. Senders
+	// must not block (select with default); hints may be coalesced or lost,
+	// because the controller also re-reads Members on a timer.
+	Changed() <-chan struct{}
+}

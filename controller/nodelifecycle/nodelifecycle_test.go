@@ -1,0 +1,410 @@
+package nodelifecycle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/everynode/everynode/client"
+	"github.com/everynode/everynode/client/fake"
+	"github.com/everynode/everynode/resources"
+)
+
+// fakeMembership is a settable Membership.
+type fakeMembership struct {
+	mu      sync.Mutex
+	members []Member
+	ch      chan struct{}
+}
+
+func newFakeMembership(ms ...Member) *fakeMembership {
+	return &fakeMembership{members: ms, ch: make(chan struct{}, 1)}
+}
+
+func (f *fakeMembership) Members() []Member {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]Member(nil), f.members...)
+}
+
+func (f *fakeMembership) Changed() <-chan struct{} { return f.ch }
+
+func (f *fakeMembership) set(ms ...Member) {
+	f.mu.Lock()
+	f.members = ms
+	f.mu.Unlock()
+	select {
+	case f.ch <- struct{}{}:
+	default:
+	}
+}
+
+var _ Membership = (*fakeMembership)(nil)
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func node(name string, created time.Time, ready corev1.ConditionStatus, taints ...corev1.Taint) *corev1.Node {
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: metav1.NewTime(created)}, Spec: corev1.NodeSpec{Taints: taints}}
+	if ready != "" {
+		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: ready, Reason: "x"}}
+	}
+	return n
+}
+
+func TestDesiredReady(t *testing.T) {
+	now := t0.Add(time.Hour)
+	grace := 40 * time.Second
+	cases := []struct {
+		name    string
+		node    *corev1.Node
+		member  Member
+		known   bool
+		want    corev1.ConditionStatus
+		changed bool
+	}{
+		{"alive, no condition", node("n", t0, ""), Member{"n", true}, true, corev1.ConditionTrue, true},
+		{"alive, already ready", node("n", t0, corev1.ConditionTrue), Member{"n", true}, true, corev1.ConditionTrue, false},
+		{"alive, was unknown", node("n", t0, corev1.ConditionUnknown), Member{"n", true}, true, corev1.ConditionTrue, true},
+		{"alive, node says not ready", node("n", t0, corev1.ConditionFalse), Member{"n", true}, true, corev1.ConditionFalse, false},
+		{"dead", node("n", t0, corev1.ConditionTrue), Member{"n", false}, true, corev1.ConditionUnknown, true},
+		{"dead, node said not ready", node("n", t0, corev1.ConditionFalse), Member{"n", false}, true, corev1.ConditionUnknown, true},
+		{"dead, already unknown", node("n", t0, corev1.ConditionUnknown), Member{"n", false}, true, corev1.ConditionUnknown, false},
+		{"unknown to membership, old node", node("n", t0, corev1.ConditionTrue), Member{}, false, corev1.ConditionUnknown, true},
+		{"unknown to membership, new node in grace", node("n", now.Add(-10*time.Second), corev1.ConditionTrue), Member{}, false, corev1.ConditionTrue, false},
+		{"unknown, new node without condition", node("n", now.Add(-10*time.Second), ""), Member{}, false, "", false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cond, changed := desiredReady(c.node, c.member, c.known, now, grace)
+			if cond.Status != c.want || changed != c.changed {
+				t.Errorf("got %s changed=%t, want %s %t", cond.Status, changed, c.want, c.changed)
+			}
+			if changed && !cond.LastTransitionTime.Time.Equal(now) {
+				t.Errorf("lastTransitionTime %v", cond.LastTransitionTime)
+			}
+		})
+	}
+}
+
+func TestDesiredTaints(t *testing.T) {
+	now := t0
+	earlier := metav1.NewTime(t0.Add(-time.Minute))
+	unreachable := corev1.Taint{Key: TaintUnreachable, Effect: corev1.TaintEffectNoExecute, TimeAdded: &earlier}
+	notReady := corev1.Taint{Key: TaintNotReady, Effect: corev1.TaintEffectNoExecute, TimeAdded: &earlier}
+	user := corev1.Taint{Key: "dedicated", Value: "x", Effect: corev1.TaintEffectNoSchedule}
+	notReadyNoSchedule := corev1.Taint{Key: TaintNotReady, Effect: corev1.TaintEffectNoSchedule}
+	cond := func(s corev1.ConditionStatus) *corev1.NodeCondition {
+		return &corev1.NodeCondition{Type: corev1.NodeReady, Status: s}
+	}
+	cases := []struct {
+		name    string
+		taints  []corev1.Taint
+		ready   *corev1.NodeCondition
+		want    []string
+		changed bool
+	}{
+		{"ready, nothing", []corev1.Taint{user}, cond(corev1.ConditionTrue), []string{"dedicated"}, false},
+		{"no condition, nothing", nil, nil, nil, false},
+		{"unknown adds unreachable", []corev1.Taint{user}, cond(corev1.ConditionUnknown), []string{"dedicated", TaintUnreachable}, true},
+		{"false adds not-ready", nil, cond(corev1.ConditionFalse), []string{TaintNotReady}, true},
+		{"unknown keeps existing unreachable", []corev1.Taint{unreachable}, cond(corev1.ConditionUnknown), []string{TaintUnreachable}, false},
+		{"unknown swaps not-ready for unreachable", []corev1.Taint{notReady}, cond(corev1.ConditionUnknown), []string{TaintUnreachable}, true},
+		{"ready removes lifecycle taints only", []corev1.Taint{unreachable, user, notReadyNoSchedule}, cond(corev1.ConditionTrue), []string{"dedicated", TaintNotReady}, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got, changed := desiredTaints(c.taints, c.ready, now)
+			var keys []string
+			for _, tt := range got {
+				keys = append(keys, tt.Key)
+				if tt.Key == TaintUnreachable && !c.changed && !tt.TimeAdded.Equal(&earlier) {
+					t.Errorf("timeAdded of kept taint changed")
+				}
+			}
+			if fmt.Sprint(keys) != fmt.Sprint(c.want) || changed != c.changed {
+				t.Errorf("got %v changed=%t, want %v %t", keys, changed, c.want, c.changed)
+			}
+		})
+	}
+}
+
+func secs(n int64) *int64 { return &n }
+
+func TestEvictionTime(t *testing.T) {
+	now := t0.Add(time.Hour)
+	added := metav1.NewTime(t0)
+	unreachable := corev1.Taint{Key: TaintUnreachable, Effect: corev1.TaintEffectNoExecute, TimeAdded: &added}
+	daemonTolerations := []corev1.Toleration{
+		{Key: TaintNotReady, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute},
+		{Key: TaintUnreachable, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute},
+	}
+	cases := []struct {
+		name        string
+		taints      []corev1.Taint
+		tolerations []corev1.Toleration
+		evict       bool
+		at          time.Time
+	}{
+		{"no taints", nil, nil, false, time.Time{}},
+		{"NoSchedule only", []corev1.Taint{{Key: "k", Effect: corev1.TaintEffectNoSchedule}}, nil, false, time.Time{}},
+		{"untolerated NoExecute", []corev1.Taint{unreachable}, nil, true, now},
+		{"daemon pod tolerates forever", []corev1.Taint{unreachable}, daemonTolerations, false, time.Time{}},
+		{"tolerationSeconds 300", []corev1.Taint{unreachable},
+			[]corev1.Toleration{{Key: TaintUnreachable, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: secs(300)}},
+			true, t0.Add(300 * time.Second)},
+		{"tolerationSeconds 0", []corev1.Taint{unreachable},
+			[]corev1.Toleration{{Operator: corev1.TolerationOpExists, TolerationSeconds: secs(0)}}, true, now},
+		{"one of two taints untolerated", []corev1.Taint{unreachable, {Key: "other", Effect: corev1.TaintEffectNoExecute}}, daemonTolerations, true, now},
+		{"smallest seconds wins", []corev1.Taint{unreachable, {Key: "other", Effect: corev1.TaintEffectNoExecute, TimeAdded: &added}},
+			[]corev1.Toleration{
+				{Key: TaintUnreachable, Operator: corev1.TolerationOpExists, TolerationSeconds: secs(600)},
+				{Key: "other", Operator: corev1.TolerationOpExists, TolerationSeconds: secs(60)}},
+			true, t0.Add(60 * time.Second)},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			pod := &corev1.Pod{Spec: corev1.PodSpec{Tolerations: c.tolerations}}
+			at, evict := evictionTime(pod, c.taints, now)
+			if evict != c.evict || !at.Equal(c.at) {
+				t.Errorf("got (%v, %t), want (%v, %t)", at, evict, c.at, c.evict)
+			}
+		})
+	}
+}
+
+func pod(name, nodeName string, ready bool, tolerations ...corev1.Toleration) *corev1.Pod {
+	st := corev1.ConditionFalse
+	if ready {
+		st = corev1.ConditionTrue
+	}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
+		Spec:       corev1.PodSpec{NodeName: nodeName, Tolerations: tolerations},
+		Status:     corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: st}}},
+	}
+}
+
+type harness struct {
+	c       *Controller
+	fc      *fake.Client
+	members *fakeMembership
+	clock   *testingclock.FakeClock
+}
+
+// newHarness seeds the fake API and the caches with objs.
+func newHarness(t *testing.T, members *fakeMembership, objs ...resources.Object) *harness {
+	t.Helper()
+	fc := fake.New()
+	clk := testingclock.NewFakeClock(t0.Add(time.Hour))
+	for _, o := range objs {
+		if err := fc.Seed(o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := New(Config{Client: fc, Membership: members, Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.queue.ShutDown)
+	h := &harness{c: c, fc: fc, members: members, clock: clk}
+	h.refresh(t)
+	return h
+}
+
+// refresh copies the fake API's nodes and pods into the caches.
+func (h *harness) refresh(t *testing.T) {
+	t.Helper()
+	for _, pair := range []struct {
+		r     *resources.Resource
+		store interface{ Replace([]any, string) error }
+	}{{resources.Nodes, h.c.nodeStore}, {resources.Pods, h.c.podStore}} {
+		items, _, err := h.fc.List(context.Background(), pair.r, "", client.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		objs := make([]any, len(items))
+		for i := range items {
+			objs[i] = items[i]
+		}
+		pair.store.Replace(objs, "")
+	}
+}
+
+func (h *harness) getNode(t *testing.T, name string) *corev1.Node {
+	t.Helper()
+	o, err := h.fc.Get(context.Background(), resources.Nodes, "", name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o.(*corev1.Node)
+}
+
+func (h *harness) podExists(name string) bool {
+	_, err := h.fc.Get(context.Background(), resources.Pods, "default", name)
+	return !apierrors.IsNotFound(err)
+}
+
+func TestSyncUnreachableNodeEvicts(t *testing.T) {
+	daemonTol := []corev1.Toleration{
+		{Key: TaintNotReady, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute},
+		{Key: TaintUnreachable, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute},
+	}
+	fiveMin := corev1.Toleration{Key: TaintUnreachable, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: secs(300)}
+	members := newFakeMembership(Member{"n1", false}, Member{"n2", true})
+	h := newHarness(t, members,
+		node("n1", t0, corev1.ConditionTrue), node("n2", t0, corev1.ConditionTrue),
+		pod("daemon", "n1", true, daemonTol...), pod("plain", "n1", true), pod("patient", "n1", true, fiveMin),
+		pod("elsewhere", "n2", true))
+	ctx := context.Background()
+
+	if err := h.c.sync(ctx, "n1"); err != nil {
+		t.Fatal(err)
+	}
+	n1 := h.getNode(t, "n1")
+	if r := readyCondition(n1); r.Status != corev1.ConditionUnknown || r.Reason != ReasonStatusUnknown {
+		t.Errorf("ready %+v", r)
+	}
+	if len(n1.Spec.Taints) != 1 || n1.Spec.Taints[0].Key != TaintUnreachable || !n1.Spec.Taints[0].TimeAdded.Time.Equal(h.clock.Now()) {
+		t.Errorf("taints %+v", n1.Spec.Taints)
+	}
+	if h.podExists("plain") || !h.podExists("daemon") || !h.podExists("patient") || !h.podExists("elsewhere") {
+		t.Errorf("after first sync: plain=%t daemon=%t patient=%t elsewhere=%t",
+			h.podExists("plain"), h.podExists("daemon"), h.podExists("patient"), h.podExists("elsewhere"))
+	}
+	o, _ := h.fc.Get(ctx, resources.Pods, "default", "daemon")
+	if r := o.(*corev1.Pod).Status.Conditions[0]; r.Status != corev1.ConditionFalse {
+		t.Errorf("daemon pod on unreachable node still ready: %+v", r)
+	}
+	evs, _, _ := h.fc.List(ctx, resources.Events, "default", client.ListOptions{FieldSelector: "reason=" + ReasonTaintManagerEviction})
+	if len(evs) != 1 {
+		t.Errorf("%d eviction events", len(evs))
+	}
+
+	// The patient pod goes once its 300s run out (a delayed requeue is pending).
+	h.refresh(t)
+	h.clock.Step(299 * time.Second)
+	if err := h.c.sync(ctx, "n1"); err != nil {
+		t.Fatal(err)
+	}
+	if !h.podExists("patient") {
+		t.Fatal("evicted before tolerationSeconds")
+	}
+	h.clock.Step(time.Second)
+	if err := h.c.sync(ctx, "n1"); err != nil {
+		t.Fatal(err)
+	}
+	if h.podExists("patient") || !h.podExists("daemon") {
+		t.Errorf("after 300s: patient=%t daemon=%t", h.podExists("patient"), h.podExists("daemon"))
+	}
+
+	// The live node is untouched.
+	if err := h.c.sync(ctx, "n2"); err != nil {
+		t.Fatal(err)
+	}
+	if n2 := h.getNode(t, "n2"); len(n2.Spec.Taints) != 0 || readyCondition(n2).Status != corev1.ConditionTrue {
+		t.Errorf("live node changed: %+v", n2)
+	}
+
+	// The node comes back: Ready, taint removed.
+	members.set(Member{"n1", true}, Member{"n2", true})
+	h.refresh(t)
+	if err := h.c.sync(ctx, "n1"); err != nil {
+		t.Fatal(err)
+	}
+	n1 = h.getNode(t, "n1")
+	if readyCondition(n1).Status != corev1.ConditionTrue || len(n1.Spec.Taints) != 0 {
+		t.Errorf("returned node: ready %v taints %v", readyCondition(n1), n1.Spec.Taints)
+	}
+}
+
+func TestSyncNotReadyNodeKeepsAgentVerdict(t *testing.T) {
+	h := newHarness(t, newFakeMembership(Member{"n1", true}), node("n1", t0, corev1.ConditionFalse), pod("plain", "n1", true))
+	if err := h.c.sync(context.Background(), "n1"); err != nil {
+		t.Fatal(err)
+	}
+	n1 := h.getNode(t, "n1")
+	if readyCondition(n1).Status != corev1.ConditionFalse || len(n1.Spec.Taints) != 1 || n1.Spec.Taints[0].Key != TaintNotReady {
+		t.Errorf("node %+v", n1)
+	}
+	if h.podExists("plain") {
+		t.Error("intolerant pod not evicted from not-ready node")
+	}
+	// Pods of a live (if not ready) node keep their own readiness reports.
+}
+
+func TestSyncConflictRetries(t *testing.T) {
+	h := newHarness(t, newFakeMembership(), node("n1", t0, corev1.ConditionTrue))
+	h.fc.Fail(fake.VerbUpdate, "nodes/status", apierrors.NewConflict(resources.Nodes.GroupResource(), "n1", errors.New("stale")))
+	if err := h.c.sync(context.Background(), "n1"); !apierrors.IsConflict(err) {
+		t.Fatalf("err %v, want the conflict (retried by the queue)", err)
+	}
+	if err := h.c.sync(context.Background(), "missing"); err != nil {
+		t.Errorf("missing node: %v", err)
+	}
+}
+
+func TestRunWithFakeMembership(t *testing.T) {
+	before := runtime.NumGoroutine()
+	members := newFakeMembership(Member{"n1", true})
+	fc := fake.New(node("n1", t0, ""), pod("plain", "n1", true))
+	c, err := New(Config{Client: fc, Membership: members, ReconcileInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- c.Run(ctx, 1) }()
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	ready := func(s corev1.ConditionStatus) func() bool {
+		return func() bool {
+			o, _ := fc.Get(context.Background(), resources.Nodes, "", "n1")
+			r := readyCondition(o.(*corev1.Node))
+			return r != nil && r.Status == s
+		}
+	}
+	waitFor("node ready", ready(corev1.ConditionTrue))
+	members.set(Member{"n1", false}) // the hint, not the hour-long ticker, triggers the check
+	waitFor("node unknown", ready(corev1.ConditionUnknown))
+	waitFor("eviction", func() bool {
+		_, err := fc.Get(context.Background(), resources.Pods, "default", "plain")
+		return apierrors.IsNotFound(err)
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run: %v", err)
+	}
+	if n := fc.Watchers(); n != 0 {
+		t.Errorf("%d watches open", n)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if after := runtime.NumGoroutine(); after > before {
+		t.Errorf("goroutines: %d before, %d after Run returned", before, after)
+	}
+}
+
+func TestNewValidates(t *testing.T) {
+	if _, err := New(Config{Client: fake.New()}); err == nil {
+		t.Error("New without membership succeeded")
+	}
+}

@@ -1,0 +1,158 @@
+package nodelifecycle
+
+import (
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// The NoExecute taints this controller owns (REFERENCE §1.3, §1.4).
+const (
+	TaintNotReady    = "node.kubernetes.io/not-ready"
+	TaintUnreachable = "node.kubernetes.io/unreachable"
+)
+
+// Reasons written on the Ready condition.
+const (
+	ReasonMemberAlive   = "MemberAlive"
+	ReasonStatusUnknown = "NodeStatusUnknown"
+)
+
+func readyCondition(node *corev1.Node) *corev1.NodeCondition {
+	for i := range node.Status.Conditions {
+		if node.Status.Conditions[i].Type == corev1.NodeReady {
+			return &node.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+// desiredReady returns the Ready condition membership implies for node and
+// whether it differs from the current one:
+//   - a live member is Ready=True, unless the node itself reported
+//     Ready=False (its agent knows better than gossip);
+//   - a member that is not alive, or a node membership has not known for
+//     longer than grace since its creation, is Ready=Unknown;
+//   - a node younger than grace and unknown to membership is left alone.
+func desiredReady(node *corev1.Node, m Member, known bool, now time.Time, grace time.Duration) (corev1.NodeCondition, bool) {
+	cur := readyCondition(node)
+	want := corev1.NodeCondition{Type: corev1.NodeReady}
+	switch {
+	case known && m.Alive:
+		if cur != nil && cur.Status == corev1.ConditionFalse {
+			return *cur, false
+		}
+		want.Status, want.Reason, want.Message = corev1.ConditionTrue, ReasonMemberAlive, "node is a live member of the cluster"
+	case !known && now.Sub(node.CreationTimestamp.Time) < grace:
+		if cur == nil {
+			return corev1.NodeCondition{}, false
+		}
+		return *cur, false
+	default:
+		want.Status, want.Reason = corev1.ConditionUnknown, ReasonStatusUnknown
+		want.Message = "node is not a live member of the cluster"
+		if !known {
+			want.Message = "node is unknown to the cluster membership"
+		}
+	}
+	if cur != nil && cur.Status == want.Status {
+		return *cur, false
+	}
+	t := metav1.NewTime(now)
+	want.LastHeartbeatTime, want.LastTransitionTime = t, t
+	return want, true
+}
+
+// setCondition replaces or appends cond in node's status.
+func setCondition(node *corev1.Node, cond corev1.NodeCondition) {
+	for i := range node.Status.Conditions {
+		if node.Status.Conditions[i].Type == cond.Type {
+			node.Status.Conditions[i] = cond
+			return
+		}
+	}
+	node.Status.Conditions = append(node.Status.Conditions, cond)
+}
+
+// desiredTaints returns taints with exactly the NoExecute lifecycle taint
+// matching ready (not-ready for False, unreachable for Unknown, none for True
+// or no condition), keeping every other taint and the TimeAdded of kept ones.
+func desiredTaints(taints []corev1.Taint, ready *corev1.NodeCondition, now time.Time) ([]corev1.Taint, bool) {
+	want := ""
+	if ready != nil {
+		switch ready.Status {
+		case corev1.ConditionFalse:
+			want = TaintNotReady
+		case corev1.ConditionUnknown:
+			want = TaintUnreachable
+		}
+	}
+	var out []corev1.Taint
+	changed, have := false, false
+	for _, t := range taints {
+		owned := t.Effect == corev1.TaintEffectNoExecute && (t.Key == TaintNotReady || t.Key == TaintUnreachable)
+		switch {
+		case owned && t.Key == want && !have:
+			have = true
+			out = append(out, t)
+		case owned:
+			changed = true
+		default:
+			out = append(out, t)
+		}
+	}
+	if want != "" && !have {
+		added := metav1.NewTime(now)
+		out = append(out, corev1.Taint{Key: want, Effect: corev1.TaintEffectNoExecute, TimeAdded: &added})
+		changed = true
+	}
+	return out, changed
+}
+
+// evictionTime says whether pod must leave a node with taints and when:
+// at once if a NoExecute taint is not tolerated; at the latest tolerated
+// taint's TimeAdded plus the smallest tolerationSeconds of the tolerations
+// used; never when those tolerations have no tolerationSeconds (Kubernetes'
+// taint manager rules; daemon pods tolerate not-ready and unreachable forever).
+func evictionTime(pod *corev1.Pod, taints []corev1.Taint, now time.Time) (time.Time, bool) {
+	var minSeconds *int64
+	var start time.Time
+	found := false
+	for i := range taints {
+		taint := &taints[i]
+		if taint.Effect != corev1.TaintEffectNoExecute {
+			continue
+		}
+		found = true
+		tolerated := false
+		for j := range pod.Spec.Tolerations {
+			tol := &pod.Spec.Tolerations[j]
+			if !tol.ToleratesTaint(discard, taint, false) {
+				continue
+			}
+			tolerated = true
+			if tol.TolerationSeconds != nil && (minSeconds == nil || *tol.TolerationSeconds < *minSeconds) {
+				s := *tol.TolerationSeconds
+				minSeconds = &s
+			}
+		}
+		if !tolerated {
+			return now, true
+		}
+		added := now
+		if taint.TimeAdded != nil {
+			added = taint.TimeAdded.Time
+		}
+		if added.After(start) {
+			start = added
+		}
+	}
+	if !found || minSeconds == nil {
+		return time.Time{}, false
+	}
+	if *minSeconds <= 0 {
+		return now, true
+	}
+	return start.Add(time.Duration(*minSeconds) * time.Second), true
+}
