@@ -109,8 +109,14 @@ func TestInvalidRequests(t *testing.T) {
 		{"update without resourceVersion", second(s.Update(ctx, resources.Pods, newPod("default", "p", "", nil)))},
 		{"get with dot-dot", second(s.Get(ctx, resources.Pods, "..", "p"))},
 		{"unsupported field selector", second(s.Watch(ctx, resources.Pods, "", 0, Selector{Field: mustField(t, "spec.host=x")}))},
-		{"unsupported list field", func() error { _, _, err := s.List(ctx, resources.Nodes, "", Selector{Field: mustField(t, "spec.nodeName=x")}); return err }()},
-		{"unserved resource", func() error { _, _, err := s.List(ctx, &resources.Resource{Name: "secrets"}, "", Selector{}); return err }()},
+		{"unsupported list field", func() error {
+			_, _, err := s.List(ctx, resources.Nodes, "", Selector{Field: mustField(t, "spec.nodeName=x")})
+			return err
+		}()},
+		{"unserved resource", func() error {
+			_, _, err := s.List(ctx, &resources.Resource{Name: "secrets"}, "", Selector{})
+			return err
+		}()},
 	}
 	for _, tc := range tests {
 		if !IsInvalid(tc.err) {

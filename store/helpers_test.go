@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -139,4 +140,9 @@ func mustLabel(t testing.TB, s string) labels.Selector {
 		t.Fatal(err)
 	}
 	return sel
+}
+
+// appsDaemonSet returns a fresh DaemonSet kube-system/agent.
+func appsDaemonSet() *appsv1.DaemonSet {
+	return &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "agent"}}
 }

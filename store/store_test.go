@@ -1,17 +1,217 @@
 package store
 
 import (
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
 	"testing"
 	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/everynode/everynode/resources"
 )
 
-func TestOpenClose(t *testing.T) {
-	start := time.Now()
-	s := openTest(t)
-	t.Logf("open took %s", time.Since(start))
-	start = time.Now()
+// checkNoLeaks fails the test if goroutines started after baseline are
+// still running once the deadline passes. Goroutines are identified by the
+// function they were created by, so unrelated background goroutines (the
+// test runner's) do not count.
+func checkNoLeaks(t *testing.T, baseline int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		n := runtime.NumGoroutine()
+		if n <= baseline {
+			return
+		}
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<20)
+			buf = buf[:runtime.Stack(buf, true)]
+			t.Fatalf("%d goroutines after Close, %d before:\n%s", n, baseline, buf)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestCloseIsIdempotentAndLeakFree(t *testing.T) {
+	baseline := runtime.NumGoroutine()
+	s, err := Open(testCtx(t), Config{DataDir: t.TempDir(), Logger: testLogger(), unsafeNoFsync: true, CompactInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testCtx(t)
+	mustCreate(t, s, resources.Pods, newPod("default", "p", "n1", nil))
+	// Watchers in every state: unread with pending events, indexed, stopped.
+	var ws []watch.Interface
+	for _, sel := range []string{"", "spec.nodeName=n1", "spec.nodeName=n2"} {
+		var s2 Selector
+		if sel != "" {
+			s2.Field = mustField(t, sel)
+		}
+		w, err := s.Watch(ctx, resources.Pods, "", 0, s2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ws = append(ws, w)
+	}
+	ws[2].Stop()
+
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Go(func() {
+			if err := s.Close(); err != nil {
+				t.Errorf("Close: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	if err := s.Close(); err != nil {
+		t.Errorf("Close again: %v", err)
+	}
+	for _, w := range ws {
+		for range w.ResultChan() {
+		}
+		w.Stop()
+	}
+	if _, err := s.Watch(ctx, resources.Pods, "", 0, Selector{}); err == nil {
+		t.Error("Watch after Close succeeded")
+	}
+	checkNoLeaks(t, baseline)
+}
+
+func TestExternalEndpoints(t *testing.T) {
+	s1 := openTest(t)
+	ctx := testCtx(t)
+	s2, err := Open(ctx, Config{Endpoints: []string{s1.embedded.clientURL}, Logger: testLogger(), CompactInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	if s2.embedded != nil {
+		t.Fatal("external mode embedded an etcd")
+	}
+
+	w, err := s2.Watch(ctx, resources.Pods, "", 0, Selector{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	p := mustCreate(t, s1, resources.Pods, newPod("default", "from-s1", "", nil))
+	expectEvents(t, w, want{watch.Added, "from-s1", rvOf(t, p)})
+	got, err := s2.Get(ctx, resources.Pods, "default", "from-s1")
+	if err != nil || got.GetResourceVersion() != p.GetResourceVersion() {
+		t.Fatalf("Get through s2: %v %v", got, err)
+	}
+	q := mustCreate(t, s2, resources.Pods, newPod("default", "from-s2", "", nil))
+	items, rv, err := s1.List(ctx, resources.Pods, "", Selector{})
+	if err != nil || len(items) != 2 || rv < rvOf(t, q) {
+		t.Fatalf("List through s1: %v rv=%d err=%v", names(items), rv, err)
+	}
+	if err := s2.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Closing the external client leaves the cluster running.
+	if _, err := s1.Get(ctx, resources.Pods, "default", "from-s2"); err != nil {
+		t.Fatalf("s1 after s2 closed: %v", err)
+	}
+}
+
+func TestReopenKeepsData(t *testing.T) {
+	dir := t.TempDir()
+	cfg := Config{DataDir: dir, Logger: testLogger(), unsafeNoFsync: true, CompactInterval: -1}
+	ctx := testCtx(t)
+	s, err := Open(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	created := mustCreate(t, s, resources.DaemonSets, appsDaemonSet())
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("close took %s", time.Since(start))
+	s, err = Open(ctx, cfg) // new free ports, same data
+	if err != nil {
+		t.Fatalf("reopen: %v", err)
+	}
+	defer s.Close()
+	got, err := s.Get(ctx, resources.DaemonSets, "kube-system", "agent")
+	if err != nil || got.GetResourceVersion() != created.GetResourceVersion() {
+		t.Fatalf("after reopen: %v %v", got, err)
+	}
+	items, _, err := s.List(ctx, resources.DaemonSets, "", Selector{})
+	if err != nil || len(items) != 1 {
+		t.Fatalf("List after reopen: %v %v", names(items), err)
+	}
+}
+
+func TestOpenRequiresDataDirOrEndpoints(t *testing.T) {
+	if _, err := Open(testCtx(t), Config{}); err == nil {
+		t.Fatal("Open with empty config succeeded")
+	}
+}
+
+func TestPeriodicCompaction(t *testing.T) {
+	s := openTest(t, func(c *Config) { c.CompactInterval = 50 * time.Millisecond })
+	ctx := testCtx(t)
+	old := mustCreate(t, s, resources.Pods, newPod("default", "p", "", nil))
+	mustCreate(t, s, resources.Pods, newPod("default", "q", "", nil))
+	// The compactor needs two ticks: one to note the revision, one to compact.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err := s.Client().Get(ctx, "/registry/pods/default/p", clientv3.WithRev(rvOf(t, old)))
+		if errors.Is(err, rpctypes.ErrCompacted) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("revision not compacted within 10s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, err := s.Watch(ctx, resources.Pods, "", rvOf(t, old)-1, Selector{}); !IsGone(err) {
+		t.Fatalf("Watch from before compaction: got %v, want Gone", err)
+	}
+}
+
+func TestFieldSet(t *testing.T) {
+	pod := newPod("ns", "p", "n1", nil)
+	pod.Status.Phase = corev1.PodRunning
+	node := &corev1.Node{}
+	node.Name = "n1"
+	node.Spec.Unschedulable = true
+	ev := &corev1.Event{Reason: "Started", Type: "Normal", InvolvedObject: corev1.ObjectReference{
+		Kind: "Pod", Namespace: "ns", Name: "p", UID: "u1", FieldPath: "spec.containers{c}"}}
+	ev.Namespace, ev.Name = "ns", "p.1"
+	tests := []struct {
+		r    *resources.Resource
+		obj  resources.Object
+		want map[string]string
+	}{
+		{resources.Pods, pod, map[string]string{"metadata.name": "p", "metadata.namespace": "ns",
+			"spec.nodeName": "n1", "status.phase": "Running"}},
+		{resources.Nodes, node, map[string]string{"metadata.name": "n1", "metadata.namespace": "", "spec.unschedulable": "true"}},
+		{resources.Events, ev, map[string]string{"metadata.name": "p.1", "metadata.namespace": "ns",
+			"involvedObject.kind": "Pod", "involvedObject.namespace": "ns", "involvedObject.name": "p",
+			"involvedObject.uid": "u1", "involvedObject.fieldPath": "spec.containers{c}", "reason": "Started", "type": "Normal"}},
+		{resources.DaemonSets, appsDaemonSet(), map[string]string{"metadata.name": "agent", "metadata.namespace": "kube-system"}},
+	}
+	for _, tc := range tests {
+		got := FieldSet(tc.r, tc.obj)
+		if fmt.Sprint(map[string]string(got)) != fmt.Sprint(tc.want) {
+			t.Errorf("FieldSet(%s) = %v, want %v", tc.r.Name, got, tc.want)
+		}
+		for f := range got {
+			if !supportedFields(tc.r)[f] {
+				t.Errorf("%s: field %s provided but not accepted in selectors", tc.r.Name, f)
+			}
+		}
+		if len(supportedFields(tc.r)) != len(got) {
+			t.Errorf("%s: selectors accept fields FieldSet does not provide", tc.r.Name)
+		}
+	}
 }
