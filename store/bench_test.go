@@ -66,7 +66,6 @@ func benchPod(name, node string) *corev1.Pod {
 	}
 }
 
-
 // BenchmarkCreate measures store.Create of a realistic pod; compare with
 // BenchmarkRawPut, the same bytes put straight into etcd, in the same run.
 func BenchmarkCreate(b *testing.B) {

@@ -27,7 +27,9 @@ type write struct {
 // Every watcher must see every write after its start exactly once, in
 // revision order, and the state it builds must equal List.
 func TestWatchCacheConcurrentWrites(t *testing.T) {
-	s := openTest(t)
+	// Buffers larger than the whole test's history: overflow is tested
+	// elsewhere, here a consumer descheduled for a while must not fail it.
+	s := openTest(t, func(c *Config) { c.watchBuffer = 1000 })
 	ctx := testCtx(t)
 	for i := range 3 {
 		mustCreate(t, s, resources.Pods, newPod("default", fmt.Sprintf("seed-%d", i), "", nil))

@@ -59,7 +59,7 @@ func (s *Store) Watch(ctx context.Context, r *resources.Resource, namespace stri
 	} else if err := s.waitFuture(ctx, c, rv); err != nil {
 		return nil, err
 	}
-	return c.addWatcher(ctx, newMatcher(r, namespace, sel), rv)
+	return c.addWatcher(ctx, newMatcher(r, namespace, sel), rv, c.watchBuffer)
 }
 
 // waitFuture makes sure the cache has reached rv: a client may hold the
@@ -116,12 +116,13 @@ func (w *cacheWatcher) Stop() {
 }
 
 // addWatcher registers a watcher starting after rv (0: synthetic ADDED
-// events for the current state) and starts its goroutine.
-func (c *cache) addWatcher(ctx context.Context, m matcher, rv int64) (*cacheWatcher, error) {
+// events for the current state) with room for buffer pending events, and
+// starts its goroutine.
+func (c *cache) addWatcher(ctx context.Context, m matcher, rv int64, buffer int) (*cacheWatcher, error) {
 	w := &cacheWatcher{
 		c:      c,
 		m:      m,
-		input:  make(chan watch.Event, c.watchBuffer),
+		input:  make(chan watch.Event, buffer),
 		result: make(chan watch.Event),
 		stopc:  make(chan struct{}),
 	}
@@ -273,7 +274,7 @@ func (c *cache) sendLocked(w *cacheWatcher, ev *event) {
 	select {
 	case w.input <- e:
 	default:
-		c.lg.Warn("watcher fell behind, closing it", "bufferedEvents", c.watchBuffer, "revision", ev.rev)
+		c.lg.Warn("watcher fell behind, closing it", "bufferedEvents", cap(w.input), "revision", ev.rev)
 		c.removeLocked(w)
 	}
 }
