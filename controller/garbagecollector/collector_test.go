@@ -1,0 +1,303 @@
+package garbagecollector
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/everynode/everynode/client"
+	"github.com/everynode/everynode/client/fake"
+	"github.com/everynode/everynode/resources"
+)
+
+func TestDecide(t *testing.T) {
+	refs := func(n int) []metav1.OwnerReference {
+		out := make([]metav1.OwnerReference, n)
+		for i := range out {
+			out[i].UID = types.UID(fmt.Sprint("u", i))
+		}
+		return out
+	}
+	cases := []struct {
+		name    string
+		states  []ownerState
+		deleteT bool
+		remove  []types.UID
+	}{
+		{"live owner", []ownerState{ownerLive}, false, nil},
+		{"owner gone", []ownerState{ownerAbsent}, true, nil},
+		{"foreground deleting owner", []ownerState{ownerForeground}, true, nil},
+		{"orphaning owner", []ownerState{ownerOrphaning}, false, []types.UID{"u0"}},
+		{"one of two owners gone", []ownerState{ownerAbsent, ownerLive}, false, []types.UID{"u0"}},
+		{"gone and foreground", []ownerState{ownerAbsent, ownerForeground}, true, nil},
+		{"gone and orphaning", []ownerState{ownerAbsent, ownerOrphaning}, false, []types.UID{"u0", "u1"}},
+		{"unknown kind keeps", []ownerState{ownerUnknownKind, ownerAbsent}, false, []types.UID{"u1"}},
+	}
+	for _, c := range cases {
+		d := decide(refs(len(c.states)), c.states)
+		if d.deleteIt != c.deleteT || fmt.Sprint(d.removeRefs) != fmt.Sprint(c.remove) {
+			t.Errorf("%s: got %+v, want delete=%t remove=%v", c.name, d, c.deleteT, c.remove)
+		}
+	}
+}
+
+type harness struct {
+	c  *Collector
+	fc *fake.Client
+}
+
+func newHarness(t *testing.T, objs ...resources.Object) *harness {
+	t.Helper()
+	fc := fake.New(objs...)
+	c, err := New(Config{Client: fc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.queue.ShutDown)
+	h := &harness{c: c, fc: fc}
+	h.refresh(t)
+	return h
+}
+
+// refresh makes the caches equal the fake API.
+func (h *harness) refresh(t *testing.T) {
+	t.Helper()
+	for r, store := range h.c.stores {
+		items, _, err := h.fc.List(context.Background(), r, "", client.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		objs := make([]any, len(items))
+		for i := range items {
+			objs[i] = items[i]
+		}
+		store.Replace(objs, "")
+	}
+}
+
+// drain runs every queued item, refreshing caches between rounds, until the
+// queue is empty (bounded).
+func (h *harness) drain(t *testing.T) {
+	t.Helper()
+	for round := 0; round < 20; round++ {
+		h.c.enqueueAll()
+		if h.c.queue.Len() == 0 {
+			return
+		}
+		for h.c.queue.Len() > 0 {
+			it, _ := h.c.queue.Get()
+			if err := h.c.sync(context.Background(), it); err != nil {
+				t.Fatalf("sync %+v: %v", it, err)
+			}
+			h.c.queue.Done(it)
+			h.c.queue.Forget(it)
+		}
+		h.refresh(t)
+	}
+}
+
+func (h *harness) exists(r *resources.Resource, ns, name string) bool {
+	_, err := h.fc.Get(context.Background(), r, ns, name)
+	return !apierrors.IsNotFound(err)
+}
+
+func (h *harness) get(t *testing.T, r *resources.Resource, ns, name string) metav1.Object {
+	t.Helper()
+	o, err := h.fc.Get(context.Background(), r, ns, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+func ds(name, uid string) *appsv1.DaemonSet {
+	return &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: types.UID(uid)}}
+}
+
+var dsKind = appsv1.SchemeGroupVersion.WithKind("DaemonSet")
+
+func ownedPod(name, node string, owners ...*appsv1.DaemonSet) *corev1.Pod {
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name}, Spec: corev1.PodSpec{NodeName: node}}
+	for _, o := range owners {
+		p.OwnerReferences = append(p.OwnerReferences, *metav1.NewControllerRef(o, dsKind))
+	}
+	if len(owners) > 1 { // only one controller
+		for i := 1; i < len(p.OwnerReferences); i++ {
+			p.OwnerReferences[i].Controller = nil
+		}
+	}
+	return p
+}
+
+func ownedRevision(name string, owner *appsv1.DaemonSet) *appsv1.ControllerRevision {
+	return &appsv1.ControllerRevision{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name,
+		OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(owner, dsKind)}}}
+}
+
+func node(name string) *corev1.Node { return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}} }
+
+func TestBackgroundCascade(t *testing.T) {
+	gone := ds("gone", "uid-gone")
+	live := ds("live", "uid-live")
+	h := newHarness(t, live, node("n1"),
+		ownedPod("orphaned-by-delete", "n1", gone), ownedRevision("gone-rev", gone),
+		ownedPod("kept", "n1", live), ownedPod("two-owners", "n1", live, gone),
+		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "no-owner"}, Spec: corev1.PodSpec{NodeName: "n1"}})
+	h.drain(t)
+	if h.exists(resources.Pods, "default", "orphaned-by-delete") || h.exists(resources.ControllerRevisions, "default", "gone-rev") {
+		t.Error("dependents of a deleted owner survived")
+	}
+	if !h.exists(resources.Pods, "default", "kept") || !h.exists(resources.Pods, "default", "no-owner") {
+		t.Error("a pod with a live owner, or without owner, was deleted")
+	}
+	refs := h.get(t, resources.Pods, "default", "two-owners").GetOwnerReferences()
+	if len(refs) != 1 || refs[0].UID != "uid-live" {
+		t.Errorf("two-owners refs %v, want only the live owner", refs)
+	}
+}
+
+func TestRecreatedOwnerIsNotTheOwner(t *testing.T) {
+	// Same name, new UID: pods of the old incarnation are dangling.
+	old := ds("foo", "uid-old")
+	h := newHarness(t, ds("foo", "uid-new"), ownedPod("p", "", old))
+	h.drain(t)
+	if h.exists(resources.Pods, "default", "p") {
+		t.Error("pod of a previous incarnation kept")
+	}
+}
+
+func TestStaleCacheNeverDeletes(t *testing.T) {
+	owner := ds("foo", "uid-1")
+	h := newHarness(t, owner, ownedPod("p", "", owner))
+	h.c.stores[resources.DaemonSets].Delete(owner) // the cache has not seen the owner
+	if err := h.c.syncDependent(context.Background(), resources.Pods, "default", "p"); err != nil {
+		t.Fatal(err)
+	}
+	if !h.exists(resources.Pods, "default", "p") {
+		t.Error("pod deleted because of a stale cache")
+	}
+}
+
+func TestOrphanCascade(t *testing.T) {
+	owner := ds("foo", "uid-1")
+	h := newHarness(t, owner, ownedPod("p1", "", owner), ownedPod("p2", "", owner), ownedRevision("foo-rev", owner))
+	orphan := metav1.DeletePropagationOrphan
+	if _, err := h.fc.Delete(context.Background(), resources.DaemonSets, "default", "foo", metav1.DeleteOptions{PropagationPolicy: &orphan}); err != nil {
+		t.Fatal(err)
+	}
+	h.refresh(t)
+	h.drain(t)
+	if h.exists(resources.DaemonSets, "default", "foo") {
+		t.Error("owner still present after orphaning")
+	}
+	for _, p := range []struct {
+		r    *resources.Resource
+		name string
+	}{{resources.Pods, "p1"}, {resources.Pods, "p2"}, {resources.ControllerRevisions, "foo-rev"}} {
+		o := h.get(t, p.r, "default", p.name)
+		if len(o.GetOwnerReferences()) != 0 {
+			t.Errorf("%s still owned: %v", p.name, o.GetOwnerReferences())
+		}
+	}
+}
+
+func TestForegroundCascade(t *testing.T) {
+	owner := ds("foo", "uid-1")
+	h := newHarness(t, owner, ownedPod("p1", "", owner), ownedRevision("foo-rev", owner))
+	fg := metav1.DeletePropagationForeground
+	if _, err := h.fc.Delete(context.Background(), resources.DaemonSets, "default", "foo", metav1.DeleteOptions{PropagationPolicy: &fg}); err != nil {
+		t.Fatal(err)
+	}
+	h.refresh(t)
+	// While a blocking dependent exists, the owner waits.
+	if err := h.c.syncOwner(context.Background(), resources.DaemonSets, "default", "foo"); err != nil {
+		t.Fatal(err)
+	}
+	if !h.exists(resources.DaemonSets, "default", "foo") {
+		t.Fatal("owner released before its dependents were deleted")
+	}
+	h.drain(t)
+	if h.exists(resources.Pods, "default", "p1") || h.exists(resources.ControllerRevisions, "default", "foo-rev") {
+		t.Error("dependents survived foreground deletion")
+	}
+	if h.exists(resources.DaemonSets, "default", "foo") {
+		t.Error("owner not removed after its dependents")
+	}
+}
+
+func TestPodsOfDeletedNode(t *testing.T) {
+	h := newHarness(t, node("n1"), node("n2"),
+		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "on-n1"}, Spec: corev1.PodSpec{NodeName: "n1"}},
+		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "on-n2"}, Spec: corev1.PodSpec{NodeName: "n2"}},
+		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "unbound"}})
+	if _, err := h.fc.Delete(context.Background(), resources.Nodes, "", "n1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// n2 is missing from the cache only: the live GET protects its pod.
+	h.refresh(t)
+	h.c.stores[resources.Nodes].Delete(node("n2"))
+	for _, name := range []string{"on-n1", "on-n2", "unbound"} {
+		if err := h.c.syncBoundPod(context.Background(), "default", name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if h.exists(resources.Pods, "default", "on-n1") {
+		t.Error("pod of deleted node kept")
+	}
+	if !h.exists(resources.Pods, "default", "on-n2") || !h.exists(resources.Pods, "default", "unbound") {
+		t.Error("pod of an existing node, or an unbound pod, deleted")
+	}
+}
+
+func TestRunCollects(t *testing.T) {
+	before := runtime.NumGoroutine()
+	owner := ds("foo", "uid-1")
+	fc := fake.New(owner, node("n1"), ownedPod("p1", "n1", owner), ownedPod("p2", "n1", owner))
+	c, err := New(Config{Client: fc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- c.Run(ctx, 2) }()
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	podCount := func() int {
+		pods, _, _ := fc.List(context.Background(), resources.Pods, "", client.ListOptions{})
+		return len(pods)
+	}
+	if _, err := fc.Delete(context.Background(), resources.DaemonSets, "default", "foo", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("background cascade", func() bool { return podCount() == 0 })
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run: %v", err)
+	}
+	if n := fc.Watchers(); n != 0 {
+		t.Errorf("%d watches open", n)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if after := runtime.NumGoroutine(); after > before {
+		t.Errorf("goroutines: %d before, %d after Run returned", before, after)
+	}
+}
