@@ -111,6 +111,14 @@ func TestExternalEndpoints(t *testing.T) {
 	if err != nil || len(items) != 2 || rv < rvOf(t, q) {
 		t.Fatalf("List through s1: %v rv=%d err=%v", names(items), rv, err)
 	}
+	// Progress notifications over a real gRPC stream: a write to another
+	// resource is reflected in the pods list's resourceVersion.
+	n := &corev1.Node{}
+	n.Name = "n1"
+	nrv := rvOf(t, mustCreate(t, s1, resources.Nodes, n))
+	if _, rv, err := s2.List(ctx, resources.Pods, "", Selector{}); err != nil || rv < nrv {
+		t.Fatalf("s2 List pods after node write: rv %d < %d (%v)", rv, nrv, err)
+	}
 	if err := s2.Close(); err != nil {
 		t.Fatal(err)
 	}
