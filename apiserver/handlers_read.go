@@ -61,9 +61,17 @@ func listObject(r *resources.Resource, items []resources.Object, rv int64) (runt
 }
 
 func (s *Server) serveGet(w http.ResponseWriter, req *http.Request, c call) error {
+	to, asTable, err := tableRequest(req)
+	if err != nil {
+		return err
+	}
 	obj, err := s.getObject(req.Context(), c)
 	if err != nil {
 		return err
+	}
+	if asTable {
+		writeJSON(w, http.StatusOK, s.newTable(c.r, []resources.Object{obj}, to, 0, true))
+		return nil
 	}
 	writeJSON(w, http.StatusOK, obj)
 	return nil
@@ -86,9 +94,17 @@ func (s *Server) serveList(w http.ResponseWriter, req *http.Request, c call) err
 	if err != nil {
 		return err
 	}
+	to, asTable, err := tableRequest(req)
+	if err != nil {
+		return err
+	}
 	items, rv, err := s.listObjects(req.Context(), c, sel)
 	if err != nil {
 		return err
+	}
+	if asTable {
+		writeJSON(w, http.StatusOK, s.newTable(c.r, items, to, rv, true))
+		return nil
 	}
 	list, err := listObject(c.r, items, rv)
 	if err != nil {

@@ -207,6 +207,10 @@ func (s *Server) serveWatch(w http.ResponseWriter, req *http.Request, c call) er
 	if err != nil {
 		return err
 	}
+	to, asTable, err := tableRequest(req)
+	if err != nil {
+		return err
+	}
 	wi, err := s.watchObjects(req.Context(), c, o)
 	if err != nil {
 		return err
@@ -225,7 +229,13 @@ func (s *Server) serveWatch(w http.ResponseWriter, req *http.Request, c call) er
 		if ev.Type == watch.Bookmark && !o.bookmark {
 			continue
 		}
-		if err := enc.Encode(watchEvent{Type: ev.Type, Object: ev.Object}); err != nil {
+		obj := ev.Object
+		if asTable {
+			// Every event carries the column definitions: kubectl may skip the
+			// first one (the synthetic ADDED of a single-object watch).
+			obj = s.tableEvent(c.r, ev, to, true)
+		}
+		if err := enc.Encode(watchEvent{Type: ev.Type, Object: obj}); err != nil {
 			return nil // the client went away
 		}
 		if err := rc.Flush(); err != nil {
