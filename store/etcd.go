@@ -14,6 +14,8 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.etcd.io/etcd/server/v3/etcdserver/api/v3client"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 )
 
 const (
@@ -27,6 +29,10 @@ const (
 	etcdMaxRequestBytes = 4 << 20
 	// dialTimeout bounds connecting to an external etcd cluster.
 	dialTimeout = 10 * time.Second
+	// reconnectMaxDelay caps gRPC's back-off between reconnection attempts
+	// to an external etcd (gRPC's default cap is 2 minutes): the watch
+	// caches resume within seconds of etcd coming back.
+	reconnectMaxDelay = 2 * time.Second
 )
 
 // embedded is a running embedded etcd server.
@@ -118,6 +124,10 @@ func openExternal(ctx context.Context, endpoints []string, zlg *zap.Logger) (*cl
 		DialTimeout: dialTimeout,
 		Logger:      zlg,
 		Context:     context.WithoutCancel(ctx),
+		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: reconnectMaxDelay},
+			MinConnectTimeout: dialTimeout,
+		})},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("store: connect to etcd %v: %w", endpoints, err)

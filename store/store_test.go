@@ -3,6 +3,7 @@ package store
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime"
 	"sync"
 	"testing"
@@ -221,5 +222,121 @@ func TestFieldSet(t *testing.T) {
 		if len(supportedFields(tc.r)) != len(got) {
 			t.Errorf("%s: selectors accept fields FieldSet does not provide", tc.r.Name)
 		}
+	}
+}
+
+// An external-mode store keeps its watch caches across an etcd restart: the
+// etcd client reconnects and resumes the cache's watch where it stopped, so
+// open watchers see the writes made after the restart.
+func TestExternalSurvivesEtcdRestart(t *testing.T) {
+	clientURL, err := freeLoopbackURL()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{DataDir: t.TempDir(), ClientURL: clientURL, Logger: testLogger(), unsafeNoFsync: true, CompactInterval: -1}
+	ctx := testCtx(t)
+	etcd1, err := Open(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ext, err := Open(ctx, Config{Endpoints: []string{clientURL}, Logger: testLogger(), CompactInterval: -1})
+	if err != nil {
+		etcd1.Close()
+		t.Fatal(err)
+	}
+	defer ext.Close()
+	w, err := ext.Watch(ctx, resources.Pods, "", 0, Selector{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	before := mustCreate(t, etcd1, resources.Pods, newPod("default", "before", "", nil))
+	expectEvents(t, w, want{watch.Added, "before", rvOf(t, before)})
+
+	if err := etcd1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	etcd2, err := Open(ctx, cfg)
+	if err != nil {
+		t.Fatalf("restart etcd: %v", err)
+	}
+	defer etcd2.Close()
+	after := mustCreate(t, etcd2, resources.Pods, newPod("default", "after", "", nil))
+	expectEvents(t, w, want{watch.Added, "after", rvOf(t, after)})
+	items, rv, err := ext.List(ctx, resources.Pods, "", Selector{})
+	if err != nil || len(items) != 2 || rv < rvOf(t, after) {
+		t.Fatalf("List after restart: %v rv=%d err=%v", names(items), rv, err)
+	}
+}
+
+// If a watch cache's etcd watch cannot resume because the history it missed
+// was compacted, the cache re-lists, closes its watchers (they cannot be
+// told what they missed) and answers Gone for the old resourceVersions.
+func TestCacheRelistsAfterMissedCompaction(t *testing.T) {
+	urlA, err := freeLoopbackURL()
+	if err != nil {
+		t.Fatal(err)
+	}
+	urlB, err := freeLoopbackURL()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{DataDir: t.TempDir(), ClientURL: urlA, Logger: testLogger(), unsafeNoFsync: true, CompactInterval: -1}
+	ctx := testCtx(t)
+	etcd, err := Open(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	quiet := slog.New(slog.DiscardHandler) // the cache logs the expected lost history
+	ext, err := Open(ctx, Config{Endpoints: []string{urlA}, Logger: quiet, CompactInterval: -1})
+	if err != nil {
+		etcd.Close()
+		t.Fatal(err)
+	}
+	defer ext.Close()
+	old := mustCreate(t, etcd, resources.Pods, newPod("default", "old", "", nil))
+	w, err := ext.Watch(ctx, resources.Pods, "", 0, Selector{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	expectEvents(t, w, want{watch.Added, "old", rvOf(t, old)})
+
+	// Behind ext's back (etcd on another URL): write and compact.
+	if err := etcd.Close(); err != nil {
+		t.Fatal(err)
+	}
+	cfgB := cfg
+	cfgB.ClientURL = urlB
+	if etcd, err = Open(ctx, cfgB); err != nil {
+		t.Fatal(err)
+	}
+	mustCreate(t, etcd, resources.Pods, newPod("default", "missed-1", "", nil))
+	missed := mustCreate(t, etcd, resources.Pods, newPod("default", "missed-2", "", nil))
+	if err := etcd.Compact(ctx, rvOf(t, missed)); err != nil {
+		t.Fatal(err)
+	}
+	if err := etcd.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if etcd, err = Open(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	defer etcd.Close()
+
+	select {
+	case e, ok := <-w.ResultChan():
+		if ok {
+			t.Fatalf("event %s %s after missed history; want the watch closed", e.Type, objName(e.Object))
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("watch not closed after the cache lost history")
+	}
+	if _, err := ext.Watch(ctx, resources.Pods, "", rvOf(t, old), Selector{}); !IsGone(err) {
+		t.Fatalf("Watch from before the re-list: got %v, want Gone", err)
+	}
+	items, _, err := ext.List(ctx, resources.Pods, "", Selector{})
+	if err != nil || len(items) != 3 {
+		t.Fatalf("List after re-list: %v %v", names(items), err)
 	}
 }
