@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -92,6 +93,28 @@ type Config struct {
 	RelistPeriod time.Duration
 	// ResyncPeriod is the longest a pod goes without a sync (DefaultResyncPeriod).
 	ResyncPeriod time.Duration
+
+	// Labels are set on the Node (--labels, see ParseLabels) besides the
+	// well-known kubernetes.io/hostname, kubernetes.io/os and
+	// kubernetes.io/arch, which may not be given here.
+	Labels map[string]string
+	// Taints are set on the Node (--taints, see ParseTaints); the
+	// node.kubernetes.io/ taints belong to the node lifecycle controller and
+	// may not be given here.
+	Taints []corev1.Taint
+	// Capacity overrides the detected capacity (cpu, memory, pods) in the
+	// Node's status; allocatable equals capacity. Simulated fleets use it.
+	Capacity corev1.ResourceList
+	// NodeStatusPeriod is how often the Node is checked and its status and
+	// heartbeat posted (DefaultNodeStatusPeriod).
+	NodeStatusPeriod time.Duration
+
+	// ManifestDir holds static pod manifests (YAML or JSON, one or more
+	// documents of kind Pod per file), run without the API; empty: none.
+	ManifestDir string
+	// ManifestPoll is how often ManifestDir is re-read and the mirror pods
+	// checked (DefaultManifestPoll).
+	ManifestPoll time.Duration
 }
 
 // Agent runs the pods of one node. Create it with New, then call Run once.
@@ -117,6 +140,13 @@ type Agent struct {
 	relistMu  sync.Mutex
 	lastSeen  map[types.UID]string // relist fingerprints
 	relistNow chan struct{}        // pokes the relist loop (after a full pod list)
+
+	// facts and runtimeVersion are reported in the Node's status; set by Run.
+	facts          hostFacts
+	runtimeVersion string
+	// static is the static pods' source and mirror pod state; nil without
+	// ManifestDir.
+	static *staticPods
 }
 
 // New validates cfg and returns an Agent.
@@ -145,6 +175,15 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.ResyncPeriod <= 0 {
 		cfg.ResyncPeriod = DefaultResyncPeriod
 	}
+	if cfg.NodeStatusPeriod <= 0 {
+		cfg.NodeStatusPeriod = DefaultNodeStatusPeriod
+	}
+	if cfg.ManifestPoll <= 0 {
+		cfg.ManifestPoll = DefaultManifestPoll
+	}
+	if err := validateNodeConfig(cfg); err != nil {
+		return nil, err
+	}
 	a := &Agent{
 		cfg:       cfg,
 		clock:     cfg.Clock,
@@ -157,16 +196,55 @@ func New(cfg Config) (*Agent, error) {
 		lastSeen:  make(map[types.UID]string),
 		relistNow: make(chan struct{}, 1),
 	}
+	var sets []string
+	if cfg.ManifestDir != "" {
+		sets = append(sets, setStatic)
+		a.static = newStaticPods(cfg.ManifestDir, cfg.NodeName, a.log)
+	}
 	a.pods = newPodCache(a.enqueue, func() {
 		select {
 		case a.relistNow <- struct{}{}:
 		default:
 		}
-	})
+	}, sets...)
 	if a.source == nil {
-		a.source = &apiSource{api: cfg.Client, node: cfg.NodeName, clock: cfg.Clock, log: a.log}
+		src := &apiSource{api: cfg.Client, node: cfg.NodeName, clock: cfg.Clock, log: a.log}
+		if a.static != nil {
+			src.onMirror = a.static.poke
+		}
+		a.source = src
+		if cfg.DataDir != "" {
+			a.source = &diskSource{inner: src, store: newPodStore(cfg.DataDir, cfg.NodeName), log: a.log}
+		}
 	}
 	return a, nil
+}
+
+// validateNodeConfig checks the configured labels and taints.
+func validateNodeConfig(cfg Config) error {
+	wellKnown := map[string]bool{corev1.LabelHostname: true, corev1.LabelOSStable: true, corev1.LabelArchStable: true}
+	for k, v := range cfg.Labels {
+		if wellKnown[k] {
+			return fmt.Errorf("nodeagent: config: label %s is set by the agent itself", k)
+		}
+		if err := checkLabel(k, v); err != nil {
+			return fmt.Errorf("nodeagent: config: label %s: %w", k, err)
+		}
+	}
+	seen := map[string]bool{}
+	for _, t := range cfg.Taints {
+		if strings.HasPrefix(t.Key, ReservedTaintPrefix) {
+			return fmt.Errorf("nodeagent: config: taint %s: the %s taints belong to the node lifecycle controller", t.Key, ReservedTaintPrefix)
+		}
+		if err := checkTaint(t); err != nil {
+			return fmt.Errorf("nodeagent: config: taint %s: %w", taintID(t), err)
+		}
+		if seen[taintID(t)] {
+			return fmt.Errorf("nodeagent: config: taint %s given twice", taintID(t))
+		}
+		seen[taintID(t)] = true
+	}
+	return nil
 }
 
 // Run syncs pods until ctx ends, then stops every goroutine it started and
@@ -182,6 +260,8 @@ func (a *Agent) Run(ctx context.Context) error {
 		workqueue.NewTypedItemExponentialFailureRateLimiter[types.UID](500*time.Millisecond, 30*time.Second),
 		workqueue.TypedRateLimitingQueueConfig[types.UID]{Clock: a.clock})
 	a.scheme = v.Name
+	a.runtimeVersion = v.Name + "://" + v.Version
+	a.facts = readHostFacts(hostSysFiles())
 	a.log.Info("agent starting", "runtime", v.Name, "runtimeVersion", v.Version, "workers", a.cfg.Workers)
 
 	ctx, cancel := context.WithCancel(ctx)
@@ -200,6 +280,22 @@ func (a *Agent) Run(ctx context.Context) error {
 		defer wg.Done()
 		a.relistLoop(ctx)
 	}()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		a.nodeLoop(ctx)
+	}()
+	if a.static != nil {
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			a.static.run(ctx, a.clock, a.cfg.ManifestPoll, a.pods.sink(setStatic))
+		}()
+		go func() {
+			defer wg.Done()
+			a.mirrorLoop(ctx)
+		}()
+	}
 	for range a.cfg.Workers {
 		wg.Add(1)
 		go func() {
@@ -243,6 +339,11 @@ func (a *Agent) processNext(ctx context.Context) bool {
 		if ctx.Err() == nil {
 			a.log.Warn("pod sync failed, will retry", "uid", uid, "err", err)
 			a.queue.AddRateLimited(uid)
+			if wake > 0 {
+				// The pod's own timing (a restart after back-off) does not
+				// wait for the failing part (a status write while offline).
+				a.queue.AddAfter(uid, wake)
+			}
 		}
 		return true
 	}
@@ -267,8 +368,9 @@ func (a *Agent) podStateFor(uid types.UID) *podState {
 
 func (a *Agent) forget(uid types.UID) {
 	a.mu.Lock()
-	defer a.mu.Unlock()
 	delete(a.state, uid)
+	a.mu.Unlock()
+	a.pods.forget(uid)
 }
 
 func (a *Agent) knownState(uid types.UID) *podState {

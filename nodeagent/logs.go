@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"io"
 
-	corev1 "k8s.io/api/core/v1"
-
 	"github.com/everynode/everynode/nodeagent/runtime"
 )
 
@@ -65,16 +63,4 @@ func (a *Agent) Logs(ctx context.Context, namespace, name string, req LogRequest
 		return fmt.Errorf("%w: %s %q in pod %s/%s", ErrLogsNotFound, what, container, namespace, name)
 	}
 	return lr.Logs(ctx, list[idx].ID, req.LogOptions, w)
-}
-
-// find returns the desired pod with this namespace and name, or nil.
-func (c *podCache) find(namespace, name string) *corev1.Pod {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	for _, p := range c.pods {
-		if p.Namespace == namespace && p.Name == name {
-			return p
-		}
-	}
-	return nil
 }

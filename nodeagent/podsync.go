@@ -216,10 +216,13 @@ func (a *Agent) syncPod(ctx context.Context, uid types.UID) (time.Duration, erro
 		}
 	}
 	status := a.buildStatus(pod, st, obs, now)
+	wakeIn := max(wake.Sub(a.clock.Now()), 0)
 	if err := a.writeStatus(ctx, pod, st, status); err != nil {
-		return 0, err
+		// The containers were synced; keep their timing while the status
+		// write is retried.
+		return wakeIn, err
 	}
-	return max(wake.Sub(a.clock.Now()), 0), nil
+	return wakeIn, nil
 }
 
 // removeUnknown removes containers whose name the spec no longer has.

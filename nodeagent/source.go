@@ -38,29 +38,73 @@ type PodSource interface {
 	Run(ctx context.Context, sink PodSink) error
 }
 
-// podCache is the agent's PodSink: the desired pods by UID. Every change
-// enqueues the UIDs concerned.
+// Names of the desired-pod sets the podCache merges.
+const (
+	// setAPI holds the pods assigned through the API (or its disk copy).
+	setAPI = "api"
+	// setStatic holds the static pods of the manifest directory.
+	setStatic = "static"
+)
+
+// podCache is the agent's desired pods: the merge of named sets, each fed
+// by one PodSource through sink(name). Every change enqueues the UIDs
+// concerned. Used directly as a PodSink it feeds the API set.
 type podCache struct {
 	enqueue  func(types.UID)
 	replaced func() // called after every Replace
 
-	mu     sync.RWMutex
+	mu    sync.RWMutex
+	order []string // set names, in precedence order
+	sets  map[string]*podSet
+	// origin remembers the set a UID was last desired by, so a UID dropped
+	// by a synced set is torn down even while another set has not synced.
+	origin map[types.UID]string
+}
+
+type podSet struct {
 	pods   map[types.UID]*corev1.Pod
 	synced bool
 }
 
-func newPodCache(enqueue func(types.UID), replaced func()) *podCache {
-	return &podCache{enqueue: enqueue, replaced: replaced, pods: make(map[types.UID]*corev1.Pod)}
+func newPodCache(enqueue func(types.UID), replaced func(), sets ...string) *podCache {
+	c := &podCache{enqueue: enqueue, replaced: replaced, sets: make(map[string]*podSet), origin: make(map[types.UID]string)}
+	for _, name := range append([]string{setAPI}, sets...) {
+		if _, ok := c.sets[name]; ok {
+			continue
+		}
+		c.order = append(c.order, name)
+		c.sets[name] = &podSet{pods: make(map[types.UID]*corev1.Pod)}
+	}
+	return c
 }
 
-func (c *podCache) Replace(pods []*corev1.Pod) {
+// setSink is the PodSink of one set.
+type setSink struct {
+	c    *podCache
+	name string
+}
+
+func (s setSink) Replace(pods []*corev1.Pod) { s.c.replace(s.name, pods) }
+func (s setSink) Update(pod *corev1.Pod)     { s.c.update(s.name, pod) }
+func (s setSink) Remove(uid types.UID)       { s.c.remove(s.name, uid) }
+
+// sink returns the PodSink feeding the named set (which New registered).
+func (c *podCache) sink(name string) PodSink { return setSink{c: c, name: name} }
+
+func (c *podCache) Replace(pods []*corev1.Pod) { c.replace(setAPI, pods) }
+func (c *podCache) Update(pod *corev1.Pod)     { c.update(setAPI, pod) }
+func (c *podCache) Remove(uid types.UID)       { c.remove(setAPI, uid) }
+
+func (c *podCache) replace(name string, pods []*corev1.Pod) {
 	c.mu.Lock()
-	old := c.pods
-	c.pods = make(map[types.UID]*corev1.Pod, len(pods))
+	set := c.sets[name]
+	old := set.pods
+	set.pods = make(map[types.UID]*corev1.Pod, len(pods))
 	for _, p := range pods {
-		c.pods[p.UID] = p
+		set.pods[p.UID] = p
+		c.origin[p.UID] = name
 	}
-	c.synced = true
+	set.synced = true
 	c.mu.Unlock()
 	for uid := range old {
 		c.enqueue(uid)
@@ -73,46 +117,135 @@ func (c *podCache) Replace(pods []*corev1.Pod) {
 	c.replaced()
 }
 
-func (c *podCache) Update(pod *corev1.Pod) {
+func (c *podCache) update(name string, pod *corev1.Pod) {
 	c.mu.Lock()
-	c.pods[pod.UID] = pod
+	c.sets[name].pods[pod.UID] = pod
+	c.origin[pod.UID] = name
 	c.mu.Unlock()
 	c.enqueue(pod.UID)
 }
 
-func (c *podCache) Remove(uid types.UID) {
+func (c *podCache) remove(name string, uid types.UID) {
 	c.mu.Lock()
-	delete(c.pods, uid)
+	delete(c.sets[name].pods, uid)
 	c.mu.Unlock()
 	c.enqueue(uid)
 }
 
-// get returns the desired pod (shared, read-only) and whether the cache has
-// synced at least once.
+// allSynced reports whether every set has had its first Replace; lock held.
+func (c *podCache) allSynced() bool {
+	for _, s := range c.sets {
+		if !s.synced {
+			return false
+		}
+	}
+	return true
+}
+
+// lookup returns the desired pod and its set's name; lock held.
+func (c *podCache) lookup(uid types.UID) (*corev1.Pod, string) {
+	for _, name := range c.order {
+		if p, ok := c.sets[name].pods[uid]; ok {
+			return p, name
+		}
+	}
+	return nil, ""
+}
+
+// get returns the desired pod (shared, read-only) and whether the cache
+// knows enough to tear the UID down when it is not desired: every set has
+// synced, or the set that last desired it has.
 func (c *podCache) get(uid types.UID) (*corev1.Pod, bool) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	return c.pods[uid], c.synced
+	p, _ := c.lookup(uid)
+	if p == nil {
+		if src, ok := c.origin[uid]; ok && c.sets[src].synced {
+			return nil, true
+		}
+	}
+	return p, c.allSynced()
+}
+
+// isStatic reports whether uid is a static pod (from the manifest directory).
+func (c *podCache) isStatic(uid types.UID) bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	_, name := c.lookup(uid)
+	return name == setStatic
+}
+
+// list returns the pods of one set (shared, read-only) and whether it synced.
+func (c *podCache) list(name string) ([]*corev1.Pod, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	set := c.sets[name]
+	if set == nil {
+		return nil, false
+	}
+	out := make([]*corev1.Pod, 0, len(set.pods))
+	for _, p := range set.pods {
+		out = append(out, p)
+	}
+	return out, set.synced
+}
+
+// forget drops what the cache remembers of a UID no set desires any more.
+func (c *podCache) forget(uid types.UID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if p, _ := c.lookup(uid); p == nil {
+		delete(c.origin, uid)
+	}
 }
 
 // uids returns the desired UIDs and whether the cache has synced.
 func (c *podCache) uids() (map[types.UID]bool, bool) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	out := make(map[types.UID]bool, len(c.pods))
-	for uid := range c.pods {
-		out[uid] = true
+	out := make(map[types.UID]bool)
+	for _, s := range c.sets {
+		for uid := range s.pods {
+			out[uid] = true
+		}
 	}
-	return out, c.synced
+	return out, c.allSynced()
+}
+
+// find returns the desired pod with this namespace and name, or nil.
+func (c *podCache) find(namespace, name string) *corev1.Pod {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	for _, setName := range c.order {
+		for _, p := range c.sets[setName].pods {
+			if p.Namespace == namespace && p.Name == name {
+				return p
+			}
+		}
+	}
+	return nil
 }
 
 // apiSource lists and watches the pods bound to node through the API,
-// re-listing after errors with back-off (1s doubling to 30s).
+// re-listing after errors with back-off (1s doubling to 30s). Mirror pods
+// (the API's view of this node's static pods) are not desired pods: they
+// are left out, and any event about one calls onMirror (when set).
 type apiSource struct {
-	api   client.Interface
-	node  string
-	clock clock.Clock
-	log   *slog.Logger
+	api      client.Interface
+	node     string
+	clock    clock.Clock
+	log      *slog.Logger
+	onMirror func()
+}
+
+func (s *apiSource) mirror(p *corev1.Pod) bool {
+	if !isMirrorPod(p) {
+		return false
+	}
+	if s.onMirror != nil {
+		s.onMirror()
+	}
+	return true
 }
 
 const (
@@ -154,7 +287,7 @@ func (s *apiSource) listAndWatch(ctx context.Context, sink PodSink) (healthy boo
 	}
 	pods := make([]*corev1.Pod, 0, len(objs))
 	for _, o := range objs {
-		if p, ok := o.(*corev1.Pod); ok {
+		if p, ok := o.(*corev1.Pod); ok && !s.mirror(p) {
 			pods = append(pods, p)
 		}
 	}
@@ -175,7 +308,7 @@ func (s *apiSource) listAndWatch(ctx context.Context, sink PodSink) (healthy boo
 			}
 			switch ev.Type {
 			case watch.Added, watch.Modified:
-				if p, ok := ev.Object.(*corev1.Pod); ok {
+				if p, ok := ev.Object.(*corev1.Pod); ok && !s.mirror(p) {
 					if p.Spec.NodeName == s.node {
 						sink.Update(p)
 					} else {
@@ -183,7 +316,7 @@ func (s *apiSource) listAndWatch(ctx context.Context, sink PodSink) (healthy boo
 					}
 				}
 			case watch.Deleted:
-				if p, ok := ev.Object.(*corev1.Pod); ok {
+				if p, ok := ev.Object.(*corev1.Pod); ok && !s.mirror(p) {
 					sink.Remove(p.UID)
 				}
 			case watch.Error:

@@ -245,6 +245,13 @@ func (a *Agent) writeStatus(ctx context.Context, pod *corev1.Pod, st *podState, 
 	if equality.Semantic.DeepEqual(*st.held(pod), status) {
 		return nil
 	}
+	if a.static != nil && a.pods.isStatic(pod.UID) {
+		// A static pod's status goes to its mirror pod, when the API is
+		// reachable; the mirror loop publishes it.
+		st.written, st.base = &status, pod.ResourceVersion
+		a.static.setStatus(pod.UID, status)
+		return nil
+	}
 	next := pod.DeepCopy()
 	next.Status = status
 	for attempt := 0; ; attempt++ {

@@ -1,0 +1,276 @@
+package nodeagent
+
+import (
+	"context"
+	"fmt"
+	goruntime "runtime"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/everynode/everynode/client"
+	"github.com/everynode/everynode/resources"
+)
+
+// Annotations on the Node that remember which labels and taints came from
+// the agent's configuration, so a restart with fewer --labels or --taints
+// removes what it used to set and nothing that others (kubectl label,
+// kubectl taint) added.
+const (
+	// AnnotationManagedLabels lists the label keys the agent set from its
+	// configuration, comma-separated and sorted.
+	AnnotationManagedLabels = "everynode.io/managed-labels"
+	// AnnotationManagedTaints lists the taints (key:Effect) the agent set
+	// from its configuration, comma-separated and sorted.
+	AnnotationManagedTaints = "everynode.io/managed-taints"
+)
+
+// ReservedTaintPrefix marks the taints the node lifecycle controller owns;
+// the agent never sets nor removes them.
+const ReservedTaintPrefix = "node.kubernetes.io/"
+
+// Node condition reasons the agent reports.
+const (
+	reasonAgentReady = "AgentReady"
+)
+
+const (
+	// DefaultNodeStatusPeriod is how often the agent checks its Node and
+	// posts its status with a fresh heartbeat (kubelet's
+	// nodeStatusUpdateFrequency).
+	DefaultNodeStatusPeriod = 10 * time.Second
+	// registerMinBackoff is the first retry delay after a failed Node
+	// write; it doubles up to the status period.
+	registerMinBackoff = time.Second
+	// agentFieldManager names the agent's writes.
+	agentFieldManager = "everynode-agent"
+)
+
+// wellKnownLabels are the labels the agent always sets on its Node.
+func (a *Agent) wellKnownLabels() map[string]string {
+	return map[string]string{
+		corev1.LabelHostname: a.cfg.NodeName,
+		corev1.LabelOSStable: goruntime.GOOS,
+		corev1.LabelArchStable: goruntime.GOARCH,
+	}
+}
+
+// nodeLoop registers the Node, then keeps its labels, taints and status
+// current every NodeStatusPeriod, re-creating it when it was deleted. A
+// failed write is retried with back-off; the loop ends with ctx.
+func (a *Agent) nodeLoop(ctx context.Context) {
+	backoff := registerMinBackoff
+	for {
+		wait := a.cfg.NodeStatusPeriod
+		if err := a.syncNode(ctx); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			a.log.Warn("node registration or status update failed, will retry", "err", err, "after", backoff)
+			wait = backoff
+			backoff = min(backoff*2, a.cfg.NodeStatusPeriod)
+		} else {
+			backoff = registerMinBackoff
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-a.clock.After(wait):
+		}
+	}
+}
+
+// syncNode creates the Node when it is missing, reconciles the labels and
+// taints the agent manages, and posts the status.
+func (a *Agent) syncNode(ctx context.Context) error {
+	opts := client.WriteOptions{FieldManager: agentFieldManager}
+	obj, err := a.api.Get(ctx, resources.Nodes, "", a.cfg.NodeName)
+	if apierrors.IsNotFound(err) {
+		obj, err = a.api.Create(ctx, a.newNode(), opts)
+		if err == nil {
+			a.log.Info("node registered")
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("nodeagent: register node %s: %w", a.cfg.NodeName, err)
+	}
+	node, ok := obj.(*corev1.Node)
+	if !ok {
+		return fmt.Errorf("nodeagent: register node %s: got %T", a.cfg.NodeName, obj)
+	}
+	next := node.DeepCopy()
+	a.reconcileMeta(next)
+	if !equality.Semantic.DeepEqual(next.ObjectMeta, node.ObjectMeta) || !equality.Semantic.DeepEqual(next.Spec, node.Spec) {
+		out, err := a.api.Update(ctx, next, opts)
+		if err != nil {
+			return fmt.Errorf("nodeagent: update node %s: %w", a.cfg.NodeName, err)
+		}
+		if node, ok = out.(*corev1.Node); !ok {
+			return fmt.Errorf("nodeagent: update node %s: got %T", a.cfg.NodeName, out)
+		}
+		next = node.DeepCopy()
+	}
+	a.setNodeStatus(&next.Status, a.clock.Now())
+	if _, err := a.api.UpdateStatus(ctx, next, opts); err != nil {
+		return fmt.Errorf("nodeagent: update node status %s: %w", a.cfg.NodeName, err)
+	}
+	return nil
+}
+
+// newNode is the Node as first registered.
+func (a *Agent) newNode() *corev1.Node {
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: a.cfg.NodeName}}
+	resources.Nodes.SetTypeMeta(n)
+	a.reconcileMeta(n)
+	a.setNodeStatus(&n.Status, a.clock.Now())
+	return n
+}
+
+// reconcileMeta sets the well-known and configured labels and the
+// configured taints, removes the ones a previous configuration set that
+// this one does not, and records what it manages in the annotations.
+// Labels and taints others set are kept, and so are the node lifecycle
+// controller's node.kubernetes.io/ taints.
+func (a *Agent) reconcileMeta(n *corev1.Node) {
+	if n.Labels == nil {
+		n.Labels = map[string]string{}
+	}
+	if n.Annotations == nil {
+		n.Annotations = map[string]string{}
+	}
+	for _, k := range splitList(n.Annotations[AnnotationManagedLabels]) {
+		if _, keep := a.cfg.Labels[k]; !keep {
+			delete(n.Labels, k)
+		}
+	}
+	for k, v := range a.cfg.Labels {
+		n.Labels[k] = v
+	}
+	for k, v := range a.wellKnownLabels() {
+		n.Labels[k] = v
+	}
+	setList(n.Annotations, AnnotationManagedLabels, sortedKeys(a.cfg.Labels))
+
+	want := make(map[string]corev1.Taint, len(a.cfg.Taints))
+	for _, t := range a.cfg.Taints {
+		want[taintID(t)] = t
+	}
+	dropped := map[string]bool{}
+	for _, id := range splitList(n.Annotations[AnnotationManagedTaints]) {
+		if _, keep := want[id]; !keep && !strings.HasPrefix(id, ReservedTaintPrefix) {
+			dropped[id] = true
+		}
+	}
+	var taints []corev1.Taint
+	for _, t := range n.Spec.Taints {
+		id := taintID(t)
+		switch w, ok := want[id]; {
+		case ok:
+			t.Value = w.Value
+			delete(want, id)
+		case dropped[id]:
+			continue
+		}
+		taints = append(taints, t)
+	}
+	for _, t := range a.cfg.Taints {
+		if _, missing := want[taintID(t)]; missing {
+			taints = append(taints, t)
+		}
+	}
+	n.Spec.Taints = taints
+	ids := make([]string, 0, len(a.cfg.Taints))
+	for _, t := range a.cfg.Taints {
+		ids = append(ids, taintID(t))
+	}
+	slices.Sort(ids)
+	setList(n.Annotations, AnnotationManagedTaints, ids)
+}
+
+// setList stores a sorted list in an annotation, removing it when empty.
+func setList(ann map[string]string, key string, items []string) {
+	if len(items) == 0 {
+		delete(ann, key)
+		return
+	}
+	ann[key] = strings.Join(items, ",")
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// setNodeStatus fills in the facts the agent reports and a Ready condition
+// with a fresh heartbeat; conditions others set are kept.
+func (a *Agent) setNodeStatus(s *corev1.NodeStatus, now time.Time) {
+	capacity := a.facts.capacity.DeepCopy()
+	if capacity == nil {
+		capacity = corev1.ResourceList{}
+	}
+	for k, v := range a.cfg.Capacity {
+		capacity[k] = v.DeepCopy()
+	}
+	s.Capacity = capacity
+	s.Allocatable = capacity.DeepCopy()
+	s.NodeInfo = corev1.NodeSystemInfo{
+		MachineID:               s.NodeInfo.MachineID,
+		SystemUUID:              s.NodeInfo.SystemUUID,
+		BootID:                  s.NodeInfo.BootID,
+		OperatingSystem:         goruntime.GOOS,
+		Architecture:            goruntime.GOARCH,
+		KernelVersion:           a.facts.kernelVersion,
+		OSImage:                 a.facts.osImage,
+		ContainerRuntimeVersion: a.runtimeVersion,
+		KubeletVersion:          KubeletVersion,
+	}
+	s.Addresses = nil
+	if a.cfg.NodeIP != "" {
+		s.Addresses = append(s.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: a.cfg.NodeIP})
+	}
+	s.Addresses = append(s.Addresses, corev1.NodeAddress{Type: corev1.NodeHostName, Address: a.cfg.NodeName})
+	if s.Phase == "" {
+		s.Phase = corev1.NodeRunning
+	}
+	ts := metav1.NewTime(now.Truncate(time.Second))
+	for _, c := range []corev1.NodeCondition{
+		{Type: corev1.NodeMemoryPressure, Status: corev1.ConditionFalse, Reason: "AgentHasSufficientMemory",
+			Message: "agent has sufficient memory available"},
+		{Type: corev1.NodeDiskPressure, Status: corev1.ConditionFalse, Reason: "AgentHasNoDiskPressure",
+			Message: "agent has no disk pressure"},
+		{Type: corev1.NodePIDPressure, Status: corev1.ConditionFalse, Reason: "AgentHasSufficientPID",
+			Message: "agent has sufficient PID available"},
+		{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: reasonAgentReady,
+			Message: "everynode agent is posting ready status"},
+	} {
+		c.LastHeartbeatTime, c.LastTransitionTime = ts, ts
+		setNodeCondition(s, c)
+	}
+}
+
+// setNodeCondition sets one condition, keeping its lastTransitionTime while
+// the status does not change.
+func setNodeCondition(s *corev1.NodeStatus, c corev1.NodeCondition) {
+	for i := range s.Conditions {
+		old := &s.Conditions[i]
+		if old.Type != c.Type {
+			continue
+		}
+		if old.Status == c.Status && !old.LastTransitionTime.IsZero() {
+			c.LastTransitionTime = old.LastTransitionTime
+		}
+		*old = c
+		return
+	}
+	s.Conditions = append(s.Conditions, c)
+}
