@@ -1,0 +1,72 @@
+package docker
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strconv"
+	"sync"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/pkg/stdcopy"
+
+	"github.com/everynode/everynode/nodeagent/runtime"
+)
+
+// Logs writes the container's stdout and stderr, interleaved as written, to
+// w. Timestamps are the engine's (RFC3339Nano, UTC). With Follow it blocks
+// until the container stops or ctx ends, then returns nil.
+func (r *Runtime) Logs(ctx context.Context, id string, opts runtime.LogOptions, w io.Writer) error {
+	c, err := r.inspect(ctx, "logs", id)
+	if err != nil {
+		return err
+	}
+	lo := container.LogsOptions{
+		ShowStdout: true, ShowStderr: true,
+		Follow: opts.Follow, Timestamps: opts.Timestamps, Tail: "all",
+	}
+	if opts.TailLines != nil {
+		lo.Tail = strconv.FormatInt(max(*opts.TailLines, 0), 10)
+	}
+	if !opts.Since.IsZero() {
+		lo.Since = fmt.Sprintf("%d.%09d", opts.Since.Unix(), opts.Since.Nanosecond())
+	}
+	rc, err := r.cli.ContainerLogs(ctx, id, lo)
+	if err != nil {
+		if opts.Follow && ctx.Err() != nil {
+			return nil
+		}
+		return ctxErr(ctx, "logs", id, err)
+	}
+	defer rc.Close()
+
+	// Make sure a follow ends with ctx even if the body read does not notice.
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		select {
+		case <-ctx.Done():
+			rc.Close()
+		case <-done:
+		}
+	}()
+	if c.Config != nil && c.Config.Tty {
+		_, err = io.Copy(w, rc)
+	} else {
+		_, err = stdcopy.StdCopy(w, w, rc)
+	}
+	close(done)
+	wg.Wait()
+	if ctx.Err() != nil {
+		if opts.Follow {
+			return nil
+		}
+		return &runtime.Error{Op: "logs", Subject: id, Err: ctx.Err()}
+	}
+	if err != nil {
+		return ctxErr(ctx, "logs", id, fmt.Errorf("reading output: %w", err))
+	}
+	return nil
+}

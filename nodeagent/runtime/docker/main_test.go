@@ -1,0 +1,248 @@
+package docker
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/build"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/image"
+	"github.com/docker/docker/client"
+	"github.com/docker/docker/pkg/jsonmessage"
+
+	"github.com/everynode/everynode/nodeagent/runtime"
+)
+
+// requireEnv turns a missing engine from a skip into a failure.
+const requireEnv = "EVERYNODE_REQUIRE_DOCKER"
+
+// runLabel marks every container a test run creates, so TestMain can sweep
+// what a failed test left behind.
+const runLabel = "everynode-test.run"
+
+// engine is what TestMain found: set once before any test runs, read-only
+// after.
+var engine struct {
+	cli     *client.Client
+	skipWhy string // non-empty: no engine
+	image   string // the test image's tag
+	run     string // this run's ID
+}
+
+func TestMain(m *testing.M) {
+	os.Exit(testMain(m))
+}
+
+func testMain(m *testing.M) int {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	engine.run = hex.EncodeToString(b[:])
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err == nil {
+		pctx, pcancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err = cli.Ping(pctx)
+		pcancel()
+	}
+	if err != nil {
+		engine.skipWhy = err.Error()
+		if os.Getenv(requireEnv) == "1" {
+			fmt.Fprintf(os.Stderr, "FAIL: no Docker engine and %s=1: %v\n", requireEnv, err)
+			return 1
+		}
+		fmt.Fprintf(os.Stderr, "SKIP: no Docker engine: %v (set %s=1 to fail instead)\n", err, requireEnv)
+		return m.Run()
+	}
+	defer cli.Close()
+	engine.cli = cli
+	tag, err := buildTestImage(ctx, cli, engine.run)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: building the test image: %v\n", err)
+		return 1
+	}
+	engine.image = tag
+	code := m.Run()
+
+	// Sweep: every test removes what it made; anything left is a bug.
+	cctx, ccancel := context.WithTimeout(context.Background(), time.Minute)
+	defer ccancel()
+	left, err := cli.ContainerList(cctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", runLabel+"="+engine.run))})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: listing leftover containers: %v\n", err)
+		code = 1
+	}
+	for _, c := range left {
+		fmt.Fprintf(os.Stderr, "FAIL: container %s %v left behind\n", c.ID[:12], c.Names)
+		_ = cli.ContainerRemove(cctx, c.ID, container.RemoveOptions{Force: true, RemoveVolumes: true})
+		code = 1
+	}
+	if _, err := cli.ImageRemove(cctx, tag, image.RemoveOptions{Force: true, PruneChildren: true}); err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: removing the test image %s: %v\n", tag, err)
+		code = 1
+	}
+	return code
+}
+
+// buildTestImage compiles testdata/testdaemon statically and builds it into
+// a FROM scratch image tagged everynode-test/daemon:<binary hash>-<run>.
+func buildTestImage(ctx context.Context, cli *client.Client, run string) (string, error) {
+	dir, err := os.MkdirTemp("", "everynode-testdaemon-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(dir)
+	bin := filepath.Join(dir, "testdaemon")
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, "./testdata/testdaemon")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOFLAGS=-buildvcs=false")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build: %v\n%s", err, out)
+	}
+	binData, err := os.ReadFile(bin)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(binData)
+	tag := fmt.Sprintf("everynode-test/daemon:%s-%s", hex.EncodeToString(sum[:6]), run)
+
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	files := []struct {
+		name string
+		mode int64
+		data []byte
+	}{
+		{"Dockerfile", 0o644, []byte("FROM scratch\nCOPY testdaemon /testdaemon\nENTRYPOINT [\"/testdaemon\"]\nCMD [\"-exit-after\", \"0\"]\n")},
+		{"testdaemon", 0o755, binData},
+	}
+	for _, f := range files {
+		if err := tw.WriteHeader(&tar.Header{Name: f.name, Mode: f.mode, Size: int64(len(f.data))}); err != nil {
+			return "", err
+		}
+		if _, err := tw.Write(f.data); err != nil {
+			return "", err
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return "", err
+	}
+	resp, err := cli.ImageBuild(ctx, &buf, build.ImageBuildOptions{
+		Tags: []string{tag}, Remove: true, ForceRemove: true,
+		Labels: map[string]string{runLabel: run},
+	})
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	if err := jsonmessage.DisplayJSONMessagesStream(resp.Body, io.Discard, 0, false, nil); err != nil {
+		return "", err
+	}
+	return tag, nil
+}
+
+// needEngine skips (or, with EVERYNODE_REQUIRE_DOCKER=1, fails: TestMain
+// already did) a test that needs the engine.
+func needEngine(t *testing.T) {
+	t.Helper()
+	if engine.cli == nil {
+		t.Skip("SKIP: no Docker engine: " + engine.skipWhy)
+	}
+}
+
+// newRuntime returns a Runtime for a node unique to this run.
+func newRuntime(t *testing.T, node string) *Runtime {
+	t.Helper()
+	needEngine(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r, err := New(ctx, Config{NodeName: node + "-" + engine.run})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return r
+}
+
+// testSpec is a container of pod ns/pod running the test image with args.
+func testSpec(r *Runtime, pod, name string, args ...string) runtime.ContainerSpec {
+	return runtime.ContainerSpec{
+		Name:  name,
+		Image: engine.image,
+		Args:  args,
+		Labels: map[string]string{
+			runtime.LabelNode:         r.node,
+			runtime.LabelPodNamespace: "default",
+			runtime.LabelPodName:      pod,
+			runtime.LabelPodUID:       "uid-" + pod,
+			runtime.LabelContainer:    name,
+			runtime.LabelAttempt:      "0",
+			runLabel:                  engine.run,
+		},
+	}
+}
+
+// create creates spec and removes the container when the test ends.
+func create(t *testing.T, r *Runtime, spec runtime.ContainerSpec) string {
+	t.Helper()
+	id, err := r.CreateContainer(ctxT(t), spec)
+	if err != nil {
+		t.Fatalf("CreateContainer: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := r.RemoveContainer(ctx, id); err != nil {
+			t.Errorf("cleanup: RemoveContainer %s: %v", id, err)
+		}
+	})
+	return id
+}
+
+// run creates and starts spec.
+func run(t *testing.T, r *Runtime, spec runtime.ContainerSpec) string {
+	t.Helper()
+	id := create(t, r, spec)
+	if err := r.StartContainer(ctxT(t), id); err != nil {
+		t.Fatalf("StartContainer: %v", err)
+	}
+	return id
+}
+
+// ctxT is a context bounded by a short deadline and the test.
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// waitState polls the real engine until the container reaches want.
+func waitState(t *testing.T, r *Runtime, id string, want runtime.State) runtime.ContainerStatus {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		st, err := r.ContainerStatus(ctxT(t), id)
+		if err != nil {
+			t.Fatalf("ContainerStatus: %v", err)
+		}
+		if st.State == want {
+			return st
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("container %s is %s, want %s", id, st.State, want)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
