@@ -5,9 +5,11 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"net/http"
+	"reflect"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/kube-openapi/pkg/validation/spec"
 
 	"github.com/everynode/everynode/resources"
 )
@@ -16,22 +18,38 @@ import (
 // §1.6): per group version, one PATCH operation per kind carrying
 // x-kubernetes-group-version-kind and a fieldValidation query parameter, which
 // makes kubectl leave validation to the server (fieldValidation=Strict) instead
-// of failing "failed to download openapi". It has no schemas, so
-// `kubectl explain` is not served.
+// of failing "failed to download openapi". Each document also carries
+// components.schemas generated from the Go types (see schemaGen), enough for
+// `kubectl explain`; descriptions are the types' SwaggerDoc texts.
 type openAPIStub struct {
 	root []byte            // GET /openapi/v3
 	docs map[string][]byte // "api/v1" → document
+	// schemas are every generated definition, by name; server-side apply's
+	// type converter is built from them.
+	schemas map[string]*spec.Schema
 }
 
 func newOpenAPIStub(gvs []schema.GroupVersion, byGV map[schema.GroupVersion][]*resources.Resource) (*openAPIStub, error) {
 	type ref struct {
 		ServerRelativeURL string `json:"serverRelativeURL"`
 	}
-	o := &openAPIStub{docs: map[string][]byte{}}
+	gen := newSchemaGen()
+	for _, gv := range gvs {
+		for _, r := range byGV[gv] {
+			gen.addKind(r)
+		}
+	}
+	o := &openAPIStub{docs: map[string][]byte{}, schemas: gen.defs}
 	paths := map[string]ref{}
 	for _, gv := range gvs {
 		key := strings.TrimPrefix(groupVersionPath(gv), "/")
-		doc, err := json.Marshal(openAPIDoc(byGV[gv]))
+		var roots []string
+		for _, r := range byGV[gv] {
+			roots = append(roots, schemaName(reflect.TypeOf(r.New()).Elem()))
+		}
+		d := openAPIDoc(byGV[gv])
+		d["components"] = map[string]any{"schemas": reachable(gen.defs, roots)}
+		doc, err := json.Marshal(d)
 		if err != nil {
 			return nil, err
 		}
