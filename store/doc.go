@@ -9,7 +9,9 @@
 //     etcd watch on the resource's key prefix. Open returns once every cache
 //     is loaded.
 //  2. A compactor discards etcd history every Config.CompactInterval, up to
-//     the revision it saw one interval earlier.
+//     the revision it saw one interval earlier. If the embedded etcd fails
+//     while the store is open, the failure is sent on Err for the owner to
+//     shut down.
 //  3. Close stops the compactor, closes every watcher, stops the caches, the
 //     etcd client and the embedded etcd, and waits for all of their
 //     goroutines. It is idempotent.

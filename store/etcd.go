@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/url"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -45,7 +46,12 @@ type embedded struct {
 // startEmbedded starts a single-member etcd in dataDir and returns it with an
 // in-process client (no sockets between the store and etcd). The listen URLs
 // stay open for external clients (etcdctl, a second process).
-func startEmbedded(ctx context.Context, cfg Config, lg *slog.Logger, zlg *zap.Logger) (*embedded, *clientv3.Client, error) {
+//
+// Serving failures and an unexpected stop of the server are logged and the
+// first one is offered to failed without blocking; quiet is set while the
+// owner is shutting the server down on purpose.
+func startEmbedded(ctx context.Context, cfg Config, lg *slog.Logger, zlg *zap.Logger,
+	quiet *atomic.Bool, failed chan<- error) (*embedded, *clientv3.Client, error) {
 	clientURL, peerURL := cfg.ClientURL, cfg.PeerURL
 	var err error
 	if clientURL == "" {
@@ -99,16 +105,39 @@ func startEmbedded(ctx context.Context, cfg Config, lg *slog.Logger, zlg *zap.Lo
 	}
 
 	em := &embedded{etcd: e, clientURL: cu.String(), errDone: make(chan struct{})}
-	// Err is closed by e.Close; until then it reports serving failures.
-	go func() {
-		defer close(em.errDone)
-		for err := range e.Err() {
-			if err != nil {
-				lg.Error("embedded etcd serving failed", "err", err)
-			}
-		}
-	}()
+	go em.watchFailures(lg, quiet, failed)
 	return em, v3client.New(e.Server), nil
+}
+
+// watchFailures reports serving errors and an unexpected stop until the
+// server's error channel is closed by Close.
+func (em *embedded) watchFailures(lg *slog.Logger, quiet *atomic.Bool, failed chan<- error) {
+	defer close(em.errDone)
+	report := func(err error) {
+		if quiet.Load() {
+			return
+		}
+		lg.Error("embedded etcd failed", "err", err)
+		select {
+		case failed <- err:
+		default:
+		}
+	}
+	errc, stopped := em.etcd.Err(), em.etcd.Server.StopNotify()
+	for {
+		select {
+		case err, ok := <-errc:
+			if !ok {
+				return
+			}
+			if err != nil {
+				report(fmt.Errorf("store: embedded etcd serving: %w", err))
+			}
+		case <-stopped:
+			stopped = nil
+			report(errors.New("store: embedded etcd stopped"))
+		}
+	}
 }
 
 // stop shuts the server down and waits for its error reader.

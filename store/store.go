@@ -72,6 +72,7 @@ type Store struct {
 	wg        sync.WaitGroup     // the compactor
 	closeOnce sync.Once
 	quietEtcd atomic.Bool // set while closing: etcd logs its shutdown as errors
+	failed    chan error  // see Err
 }
 
 // Open starts (or connects to) etcd, starts a watch cache for every resource
@@ -94,7 +95,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		lg = slog.New(slog.DiscardHandler)
 	}
 	lg = lg.With("component", "store")
-	s := &Store{lg: lg, caches: make(map[string]*cache)}
+	s := &Store{lg: lg, caches: make(map[string]*cache), failed: make(chan error, 1)}
 	zlg := newZapLogger(lg, &s.quietEtcd)
 	if len(cfg.Endpoints) > 0 {
 		c, err := openExternal(ctx, cfg.Endpoints, zlg)
@@ -106,7 +107,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		// Auto-chosen ports can be taken between probing and binding.
 		auto := cfg.ClientURL == "" || cfg.PeerURL == ""
 		for attempt := 0; ; attempt++ {
-			em, c, err := startEmbedded(ctx, cfg, lg, zlg)
+			em, c, err := startEmbedded(ctx, cfg, lg, zlg, &s.quietEtcd, s.failed)
 			if err == nil {
 				s.embedded, s.client = em, c
 				break
@@ -154,9 +155,17 @@ func (s *Store) Close() error {
 			s.quietEtcd.Store(true)
 			s.embedded.stop()
 		}
+		close(s.failed)
 	})
 	return err
 }
+
+// Err reports a failure of the embedded etcd while the store is open (it
+// stopped, or its listeners failed): the store is then unusable and its
+// owner should shut down. At most one error is sent; the channel is closed
+// by Close. With external endpoints nothing is sent: the etcd client
+// reconnects by itself.
+func (s *Store) Err() <-chan error { return s.failed }
 
 // Client returns the raw etcd client, for leader election and benchmarks.
 // Writes through it under /registry/ bypass the store's encoding and are

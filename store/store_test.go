@@ -340,3 +340,25 @@ func TestCacheRelistsAfterMissedCompaction(t *testing.T) {
 		t.Fatalf("List after re-list: %v %v", names(items), err)
 	}
 }
+
+func TestErrReportsEmbeddedEtcdStop(t *testing.T) {
+	s, err := Open(testCtx(t), Config{DataDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler), unsafeNoFsync: true, CompactInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.embedded.etcd.Server.Stop() // as if etcd died under the store
+	select {
+	case err := <-s.Err():
+		if err == nil {
+			t.Fatal("nil error on Err")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no error on Err after etcd stopped")
+	}
+	if err := s.Close(); err != nil {
+		t.Logf("Close after failure: %v", err)
+	}
+	if _, ok := <-s.Err(); ok {
+		t.Fatal("Err not closed by Close")
+	}
+}
