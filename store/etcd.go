@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"path/filepath"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -186,7 +187,4 @@ func freeLoopbackURL() (string, error) {
 }
 
 // isAddrInUse reports whether err is a bind failure on a taken port.
-func isAddrInUse(err error) bool {
-	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "listen"
-}
+func isAddrInUse(err error) bool { return errors.Is(err, syscall.EADDRINUSE) }

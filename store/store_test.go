@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"runtime"
 	"sync"
 	"testing"
@@ -360,5 +361,21 @@ func TestErrReportsEmbeddedEtcdStop(t *testing.T) {
 	}
 	if _, ok := <-s.Err(); ok {
 		t.Fatal("Err not closed by Close")
+	}
+}
+
+func TestOpenFailsOnTakenPortWithoutRetry(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	taken := "http://" + l.Addr().String()
+	_, err = Open(testCtx(t), Config{DataDir: t.TempDir(), ClientURL: taken, Logger: slog.New(slog.DiscardHandler), unsafeNoFsync: true})
+	if err == nil {
+		t.Fatal("Open on a taken client port succeeded")
+	}
+	if !isAddrInUse(err) {
+		t.Errorf("error %v not recognised as address in use", err)
 	}
 }
