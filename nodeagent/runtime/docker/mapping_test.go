@@ -1,0 +1,174 @@
+package docker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/pkg/jsonmessage"
+
+	"github.com/everynode/everynode/nodeagent/runtime"
+)
+
+// These tests need no engine.
+
+func TestContainerName(t *testing.T) {
+	labels := func(ns, pod, c, attempt string) map[string]string {
+		return map[string]string{runtime.LabelPodNamespace: ns, runtime.LabelPodName: pod, runtime.LabelContainer: c, runtime.LabelAttempt: attempt}
+	}
+	tests := []struct {
+		node string
+		spec runtime.ContainerSpec
+		want string
+	}{
+		{"n1", runtime.ContainerSpec{Name: "app", Labels: labels("default", "web-x7", "app", "2")}, "everynode_n1_default_web-x7_app_2"},
+		{"node_1.local", runtime.ContainerSpec{Name: "a/b", Labels: labels("kube-system", "p", "a/b", "")}, "everynode_node-1.local_kube-system_p_a-b_0"},
+		{"n", runtime.ContainerSpec{Name: "solo"}, "everynode_n_solo_0"},
+		{"n", runtime.ContainerSpec{Labels: labels("ns", "pod", "from-label", "1")}, "everynode_n_ns_pod_from-label_1"},
+	}
+	for _, tt := range tests {
+		if got := containerName(tt.node, tt.spec); got != tt.want {
+			t.Errorf("containerName(%q, %v) = %q, want %q", tt.node, tt.spec.Labels, got, tt.want)
+		}
+	}
+	long := containerName("n", runtime.ContainerSpec{Name: strings.Repeat("x", 300)})
+	if len(long) > 200 {
+		t.Errorf("name of %d bytes", len(long))
+	}
+}
+
+func TestConfigsInvalid(t *testing.T) {
+	r := &Runtime{node: "n1"}
+	base := func() runtime.ContainerSpec {
+		return runtime.ContainerSpec{Name: "c", Image: "img:v1", Labels: map[string]string{runtime.LabelNode: "n1"}}
+	}
+	tests := []struct {
+		name string
+		edit func(*runtime.ContainerSpec)
+		want string // a word the error must contain
+	}{
+		{"no image", func(s *runtime.ContainerSpec) { s.Image = "" }, "no image"},
+		{"other node", func(s *runtime.ContainerSpec) { s.Labels[runtime.LabelNode] = "n2" }, "n2"},
+		{"env name", func(s *runtime.ContainerSpec) { s.Env = []runtime.EnvVar{{Name: "A=B"}} }, "env"},
+		{"relative bind", func(s *runtime.ContainerSpec) {
+			s.Mounts = []runtime.Mount{{Type: runtime.MountBind, Source: "rel", Target: "/x"}}
+		}, "rel"},
+		{"relative target", func(s *runtime.ContainerSpec) {
+			s.Mounts = []runtime.Mount{{Type: runtime.MountTmpfs, Target: "x"}}
+		}, "target"},
+		{"mount type", func(s *runtime.ContainerSpec) {
+			s.Mounts = []runtime.Mount{{Type: "nfs", Source: "/a", Target: "/x"}}
+		}, "nfs"},
+		{"protocol", func(s *runtime.ContainerSpec) { s.Ports = []runtime.Port{{ContainerPort: 1, Protocol: "QUIC"}} }, "QUIC"},
+		{"port range", func(s *runtime.ContainerSpec) { s.Ports = []runtime.Port{{ContainerPort: 70000}} }, "range"},
+		{"host port with host network", func(s *runtime.ContainerSpec) {
+			s.HostNetwork = true
+			s.Ports = []runtime.Port{{ContainerPort: 80, HostPort: 81}}
+		}, "hostNetwork"},
+		{"negative limit", func(s *runtime.ContainerSpec) { s.Resources.MemoryBytes = -1 }, "negative"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := base()
+			tt.edit(&s)
+			_, _, err := r.configs(s)
+			if runtime.KindOf(err) != runtime.Invalid || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("configs = %v; want kind Invalid mentioning %q", err, tt.want)
+			}
+		})
+	}
+	// The node label is added when absent; internal labels are set.
+	s := base()
+	delete(s.Labels, runtime.LabelNode)
+	s.Annotations = map[string]string{"a": "1"}
+	cfg, _, err := r.configs(s)
+	if err != nil || cfg.Labels[runtime.LabelNode] != "n1" || cfg.Labels[labelImage] != "img:v1" || cfg.Labels[labelAnnotations] != `{"a":"1"}` {
+		t.Errorf("configs labels = %v, %v", cfg.Labels, err)
+	}
+	if s.Labels[labelImage] != "" {
+		t.Error("configs changed the caller's labels")
+	}
+}
+
+func TestState(t *testing.T) {
+	for in, want := range map[string]runtime.State{
+		"created": runtime.StateCreated, "running": runtime.StateRunning, "paused": runtime.StateRunning,
+		"restarting": runtime.StateRunning, "exited": runtime.StateExited, "dead": runtime.StateExited,
+		"removing": runtime.StateExited, "": runtime.StateUnknown, "odd": runtime.StateUnknown,
+	} {
+		if got := state(in); got != want {
+			t.Errorf("state(%q) = %s, want %s", in, got, want)
+		}
+	}
+	if !parseTime("0001-01-01T00:00:00Z").IsZero() || !parseTime("junk").IsZero() {
+		t.Error("parseTime of the zero time or junk is not zero")
+	}
+	if got := parseTime("2026-11-22T04:22:44.123456789Z"); got.Nanosecond() != 123456789 {
+		t.Errorf("parseTime lost nanoseconds: %v", got)
+	}
+}
+
+func TestPullErrorKinds(t *testing.T) {
+	tests := []struct {
+		msg  string
+		want runtime.Kind
+	}{
+		{`Get "https://registry-1.docker.io/v2/": dial tcp: lookup registry-1.docker.io: no such host`, runtime.PullFailed},
+		{`Get "http://localhost:1/v2/": dial tcp 127.0.0.1:1: connect: connection refused`, runtime.PullFailed},
+		{`manifest for 127.0.0.1:5000/x:v1 not found: manifest unknown: manifest unknown`, runtime.ImageNotFound},
+		{`pull access denied for x, repository does not exist or may require 'docker login'`, runtime.ImageNotFound},
+		{`unauthorized: authentication required`, runtime.PullFailed},
+	}
+	for _, tt := range tests {
+		err := pullError(t.Context(), "x:v1", errors.New(tt.msg))
+		if runtime.KindOf(err) != tt.want || !strings.Contains(err.Error(), "x:v1") {
+			t.Errorf("pullError(%q) = %v (%s), want %s", tt.msg, err, runtime.KindOf(err), tt.want)
+		}
+	}
+}
+
+func TestPullProgressSummary(t *testing.T) {
+	p := &pullProgress{layers: make(map[string]*layer)}
+	for _, m := range []jsonmessage.JSONMessage{
+		{Status: "Pulling from library/app", ID: "v1"},
+		{Status: "Pulling fs layer", ID: "a"},
+		{Status: "Pulling fs layer", ID: "b"},
+		{Status: "Already exists", ID: "c"},
+		{Status: "Downloading", ID: "a", Progress: &jsonmessage.JSONProgress{Current: 50, Total: 100}},
+		{Status: "Downloading", ID: "b", Progress: &jsonmessage.JSONProgress{Current: 10, Total: 40}},
+		{Status: "Pull complete", ID: "a"},
+		{Status: "Digest: sha256:abc"},
+	} {
+		p.add(m)
+	}
+	done, total, cur, size := p.summary()
+	if got := fmt.Sprintf("%d %d %d %d %s", done, total, cur, size, p.last); got != "2 3 110 140 Digest: sha256:abc" {
+		t.Errorf("summary = %s", got)
+	}
+}
+
+func TestBoundedBuffer(t *testing.T) {
+	b := &boundedBuffer{max: 5}
+	for _, s := range []string{"abc", "def", "ghi"} {
+		if n, err := b.Write([]byte(s)); n != 3 || err != nil {
+			t.Fatalf("Write = %d, %v", n, err)
+		}
+	}
+	if string(b.bytes()) != "abcde" {
+		t.Errorf("kept %q, want abcde", b.bytes())
+	}
+}
+
+func TestNewNeedsNodeName(t *testing.T) {
+	if _, err := New(t.Context(), Config{}); err == nil {
+		t.Error("New without a node name succeeded")
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	if _, err := New(ctx, Config{NodeName: "n", Host: "unix:///nonexistent/docker.sock"}); err == nil || !strings.Contains(err.Error(), "does not answer") {
+		t.Errorf("New with an absent engine: %v", err)
+	}
+}
