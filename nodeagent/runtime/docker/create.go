@@ -34,6 +34,13 @@ func (r *Runtime) CreateContainer(ctx context.Context, spec runtime.ContainerSpe
 	if err != nil {
 		return "", err
 	}
+	for _, p := range spec.Ports {
+		if spec.HostNetwork && p.HostIP != "" {
+			// As kubelet: with host networking the process binds what it binds.
+			r.log.Warn("hostIP has no effect with hostNetwork; the process chooses its own address",
+				"container", spec.Name, "port", p.ContainerPort, "hostIP", p.HostIP)
+		}
+	}
 	name := containerName(r.node, spec)
 	resp, err := r.cli.ContainerCreate(ctx, cfg, hc, nil, nil, name)
 	if cerrdefs.IsConflict(err) {
@@ -118,6 +125,11 @@ func (r *Runtime) configs(spec runtime.ContainerSpec) (*container.Config, *conta
 			NanoCPUs: spec.Resources.CPUMillis * 1_000_000,
 			Memory:   spec.Resources.MemoryBytes,
 		},
+	}
+	if spec.Resources.MemoryBytes > 0 {
+		// No swap beyond the limit, as kubelet: the limit is what the
+		// container may use, else it is OOM-killed.
+		hc.MemorySwap = spec.Resources.MemoryBytes
 	}
 	if spec.Resources.CPUMillis < 0 || spec.Resources.MemoryBytes < 0 {
 		return nil, nil, invalid("negative resource limit")

@@ -15,29 +15,37 @@
 // when the name is taken (a leftover of an interrupted create), a short
 // random suffix is added.
 //
-// Mapping of runtime.ContainerSpec (see hostConfig and containerConfig):
+// Mapping of runtime.ContainerSpec (Runtime.configs):
 //
 //	Command, Args         Entrypoint, Cmd (empty keeps the image's)
 //	Env, WorkingDir       Env, WorkingDir
 //	Hostname              Hostname
 //	Ports                 ExposedPorts; HostPort > 0 → PortBindings (HostIP, HostPort);
 //	                      with HostNetwork the container port is the host port
+//	                      and HostIP has no effect (logged, as kubelet ignores it)
 //	HostNetwork, HostPID  NetworkMode "host", PidMode "host"
 //	Mounts                bind and emptyDir with a Source → Binds "src:dst[:ro]";
 //	                      emptyDir without Source → an anonymous volume (lives
 //	                      as long as the container, removed with it);
 //	                      tmpfs → Tmpfs
-//	Resources             NanoCPUs (CPUMillis × 10⁶), Memory (bytes)
+//	Resources             NanoCPUs (CPUMillis × 10⁶), Memory (bytes) and
+//	                      MemorySwap = Memory (no swap beyond the limit)
 //	Privileged, CapAdd/Drop  Privileged, CapAdd, CapDrop
 //	Labels                Labels
 //	Annotations           the label everynode.io/annotations (JSON), returned by
 //	                      ContainerStatus and hidden from Labels
 //
+// Host paths (bind and emptyDir sources) are paths on the engine's host, not
+// in the agent's file system: an agent that runs in a container must see its
+// data directory at the same path as the host does. A missing bind source
+// directory is created by the engine, as `docker run -v` does.
+//
 // A field Docker cannot honour fails CreateContainer with kind Invalid naming
 // it: a relative host path, a path containing ':', a host port other than the
 // container port with host networking, an unknown protocol, and any limit the
 // engine says it discarded (a create warning "… discarded"). Other create
-// warnings are logged. Containers log through the json-file driver with
+// warnings are logged. The restart policy is "no": the agent restarts a
+// container as a new attempt. Containers log through the json-file driver with
 // rotation (logMaxSize × logMaxFiles), so Logs works whatever the engine's
 // default driver is.
 package docker

@@ -86,6 +86,7 @@ func TestCreateMapsEveryField(t *testing.T) {
 		{"tmpfs", hc.Tmpfs, map[string]string{"/mem": ""}},
 		{"nanocpus", hc.NanoCPUs, int64(250_000_000)},
 		{"memory", hc.Memory, int64(64 << 20)},
+		{"memory+swap", hc.MemorySwap, int64(64 << 20)},
 		{"privileged", hc.Privileged, false},
 		{"capadd", []string(hc.CapAdd), []string{"CAP_NET_ADMIN", "CAP_SYS_TIME"}}, // the engine adds the prefix
 		{"capdrop", []string(hc.CapDrop), []string{"CAP_MKNOD"}},
