@@ -337,7 +337,11 @@ func (a *Agent) processNext(ctx context.Context) bool {
 	wake, err := a.syncPod(ctx, uid)
 	if err != nil {
 		if ctx.Err() == nil {
-			a.log.Warn("pod sync failed, will retry", "uid", uid, "err", err)
+			lvl := slog.LevelWarn
+			if a.queue.NumRequeues(uid) > 0 {
+				lvl = slog.LevelDebug // already reported; retrying (e.g. offline)
+			}
+			a.log.Log(ctx, lvl, "pod sync failed, will retry", "uid", uid, "err", err)
 			a.queue.AddRateLimited(uid)
 			if wake > 0 {
 				// The pod's own timing (a restart after back-off) does not

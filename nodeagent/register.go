@@ -3,6 +3,7 @@ package nodeagent
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	goruntime "runtime"
 	"slices"
 	"sort"
@@ -55,8 +56,8 @@ const (
 // wellKnownLabels are the labels the agent always sets on its Node.
 func (a *Agent) wellKnownLabels() map[string]string {
 	return map[string]string{
-		corev1.LabelHostname: a.cfg.NodeName,
-		corev1.LabelOSStable: goruntime.GOOS,
+		corev1.LabelHostname:   a.cfg.NodeName,
+		corev1.LabelOSStable:   goruntime.GOOS,
 		corev1.LabelArchStable: goruntime.GOARCH,
 	}
 }
@@ -66,17 +67,27 @@ func (a *Agent) wellKnownLabels() map[string]string {
 // failed write is retried with back-off; the loop ends with ctx.
 func (a *Agent) nodeLoop(ctx context.Context) {
 	backoff := registerMinBackoff
+	failing := false
 	for {
 		wait := a.cfg.NodeStatusPeriod
 		if err := a.syncNode(ctx); err != nil {
 			if ctx.Err() != nil {
 				return
 			}
-			a.log.Warn("node registration or status update failed, will retry", "err", err, "after", backoff)
+			lvl := slog.LevelWarn
+			if failing {
+				lvl = slog.LevelDebug // reported once per outage
+			}
+			a.log.Log(ctx, lvl, "node registration or status update failed, will retry", "err", err, "after", backoff)
 			wait = backoff
 			backoff = min(backoff*2, a.cfg.NodeStatusPeriod)
+			failing = true
 		} else {
+			if failing {
+				a.log.Info("node status posted again")
+			}
 			backoff = registerMinBackoff
+			failing = false
 		}
 		select {
 		case <-ctx.Done():
