@@ -151,6 +151,11 @@ func ownGoroutines() []string {
 func measureDetection(tb testing.TB, profile string, n int) []time.Duration {
 	tb.Helper()
 	ms := startCluster(tb, profile, n)
+	defer func() {
+		for _, m := range ms {
+			_ = m.Close()
+		}
+	}()
 	victim, observers := ms[n-1], ms[:n-1]
 	for _, o := range observers {
 		drain(o.Hints())

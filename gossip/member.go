@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -166,10 +167,35 @@ func (m *Member) Join(seeds []string) (int, error) {
 	}
 	n, err := m.ml.Join(seeds)
 	if err != nil {
-		return n, fmt.Errorf("gossip: join %v (a seed with another gossip key is unreachable too): %w", seeds, err)
+		return n, newJoinError(err)
 	}
 	return n, nil
 }
+
+// joinError flattens memberlist's multi-line, per-seed join error into one line.
+type joinError struct {
+	msg string
+	err error
+}
+
+func newJoinError(err error) *joinError {
+	var parts []string
+	if multi, ok := err.(interface{ WrappedErrors() []error }); ok {
+		for _, e := range multi.WrappedErrors() {
+			parts = append(parts, e.Error())
+		}
+	} else {
+		parts = []string{err.Error()}
+	}
+	msg := "gossip: join: " + strings.Join(parts, "; ")
+	if strings.Contains(msg, "decrypt") {
+		msg += " (the seeds use another gossip key)"
+	}
+	return &joinError{msg: msg, err: err}
+}
+
+func (e *joinError) Error() string { return e.msg }
+func (e *joinError) Unwrap() error { return e.err }
 
 // Members returns every member this one knows, itself included, sorted by name: the
 // alive ones, and the Dead and Left ones for an hour after their change (so a reconcile
