@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"strconv"
-	"sync"
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/pkg/stdcopy"
@@ -38,27 +37,13 @@ func (r *Runtime) Logs(ctx context.Context, id string, opts runtime.LogOptions, 
 		}
 		return ctxErr(ctx, "logs", id, err)
 	}
+	// The response body is bound to ctx: cancelling it ends a follow.
 	defer rc.Close()
-
-	// Make sure a follow ends with ctx even if the body read does not notice.
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		select {
-		case <-ctx.Done():
-			rc.Close()
-		case <-done:
-		}
-	}()
 	if c.Config != nil && c.Config.Tty {
 		_, err = io.Copy(w, rc)
 	} else {
 		_, err = stdcopy.StdCopy(w, w, rc)
 	}
-	close(done)
-	wg.Wait()
 	if ctx.Err() != nil {
 		if opts.Follow {
 			return nil
