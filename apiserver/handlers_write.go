@@ -57,11 +57,13 @@ func (s *Server) createObject(ctx context.Context, c call, obj resources.Object,
 		}
 	}
 	r.SetTypeMeta(obj)
+	sent := obj.GetManagedFields()
 	strategy.Default(r, obj)
 	strategy.PrepareForCreate(r, obj, s.now(), s.newUID)
 	if errs := strategy.ValidateCreate(r, obj); len(errs) > 0 {
 		return nil, strategy.InvalidError(r, obj.GetName(), errs)
 	}
+	obj = s.fields.track(c, nil, obj, sent)
 	r.SetTypeMeta(obj)
 	if dryRun {
 		return obj, nil
@@ -193,6 +195,7 @@ func (s *Server) patchObject(ctx context.Context, c call, pt types.PatchType, da
 func (s *Server) prepareUpdate(c call, next, cur resources.Object) (resources.Object, error) {
 	r := c.r
 	r.SetTypeMeta(next)
+	sent := next.GetManagedFields()
 	strategy.Default(r, next)
 	if c.sub == "status" {
 		strategy.PrepareForStatusUpdate(r, next, cur)
@@ -202,6 +205,7 @@ func (s *Server) prepareUpdate(c call, next, cur resources.Object) (resources.Ob
 	if errs := strategy.ValidateUpdate(r, next, cur); len(errs) > 0 {
 		return nil, strategy.InvalidError(r, next.GetName(), errs)
 	}
+	next = s.fields.track(c, cur, next, sent)
 	r.SetTypeMeta(next)
 	return next, nil
 }
@@ -411,6 +415,9 @@ func patchType(ct string) (types.PatchType, error) {
 }
 
 func (s *Server) servePatch(w http.ResponseWriter, req *http.Request, c call) error {
+	if mt, _, _ := mime.ParseMediaType(req.Header.Get("Content-Type")); mt == string(types.ApplyYAMLPatchType) && c.sub == "" {
+		return s.serveApply(w, req, c)
+	}
 	pt, err := patchType(req.Header.Get("Content-Type"))
 	if err != nil {
 		return err

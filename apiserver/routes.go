@@ -105,7 +105,8 @@ func (s *Server) adapt(r *resources.Resource, sub, verb string, h handlerFunc) h
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		setScope(req.Context(), verb, r.Name)
 		u, _ := UserFrom(req.Context())
-		c := call{user: u, r: r, sub: sub, namespace: req.PathValue("namespace"), name: req.PathValue("name")}
+		c := call{user: u, r: r, sub: sub, namespace: req.PathValue("namespace"), name: req.PathValue("name"),
+			manager: managerFromRequest(req)}
 		if err := h(w, req, c); err != nil {
 			s.writeError(w, req, err)
 		}

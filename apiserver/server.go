@@ -77,6 +77,7 @@ type Server struct {
 	metrics *metrics
 	disc    *discovery
 	openapi *openAPIStub
+	fields  *fieldManagers
 	handler http.Handler
 
 	// ctx is the server-wide context: it ends every open watch stream.
@@ -124,6 +125,9 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("apiserver: build OpenAPI document: %w", err)
 	}
 	s.openapi = oa
+	if s.fields, err = newFieldManagers(oa.schemas); err != nil {
+		return nil, err
+	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.handler = s.withRecover(s.withMetrics(s.withAuthentication(s.routes())))
 	return s, nil
@@ -229,6 +233,8 @@ type call struct {
 	sub       string // "" or "status"
 	namespace string // "" for cluster-scoped resources and all-namespaces lists
 	name      string // "" for collection verbs
+	manager   string // field manager of a write ("" = the user's name)
+	applying  bool   // a server-side apply: managedFields come from the apply
 }
 
 func (c call) attrs(verb string) Attributes {
