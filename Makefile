@@ -32,7 +32,7 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzApplyPatch$$' -fuzztime=$(FUZZTIME) ./apiserver/strategy/
 
 bench:
-	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=2s ./store/ ./apiserver/ | tee bench.out
+	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=1s ./store/ ./apiserver/ | tee bench.out
 
 clean:
 	rm -rf bin bench.out
