@@ -13,6 +13,25 @@
 // is deleted. Containers of this node that belong to no desired pod are
 // removed by the relist sweep.
 //
+// The desired pods are the merge of two sets. The API set comes from the
+// watch; with a DataDir it is also kept on disk (DataDir/pods/assigned.json,
+// written atomically before a change is acted on) and loaded first at start,
+// so after an agent restart with the server unreachable the pods come back,
+// their running containers re-adopted by label rather than recreated. Status
+// writes that fail while offline are retried, recomputed from the actual
+// state, and a pod deleted from the API meanwhile is stopped once the list
+// succeeds again. The static set comes from the YAML manifests in
+// ManifestDir, re-read every ManifestPoll: static pods run without the API,
+// and while it is reachable each is published as a mirror pod carrying its
+// status (deleting the mirror does not stop the pod; it is re-created).
+//
+// The agent also registers its Node (labels, taints, capacity, nodeInfo,
+// addresses) and posts its Ready condition with a heartbeat every
+// NodeStatusPeriod, re-creating the Node if it is deleted. Of the labels and
+// taints it only manages those of its configuration (remembered in the
+// everynode.io/managed-labels and managed-taints annotations), so what
+// kubectl or the node lifecycle controller set stays.
+//
 // Time comes from an injected clock, so back-off and probe timing are tested
 // with a fake clock. Run owns every goroutine it starts and waits for them.
 package nodeagent
@@ -80,12 +99,15 @@ type Config struct {
 	Clock clock.WithTicker
 	// Logger receives the agent's logs; nil discards them.
 	Logger *slog.Logger
-	// DataDir holds the agent's state; emptyDir volumes live in
-	// DataDir/pods/<uid>/volumes/<name>. Empty: emptyDir storage is left to
-	// the runtime.
+	// DataDir holds the agent's state: the pods assigned through the API
+	// (DataDir/pods/assigned.json, for restarts while the server is
+	// unreachable) and emptyDir volumes (DataDir/pods/<uid>/volumes/<name>).
+	// Empty: nothing is kept on disk and emptyDir storage is left to the
+	// runtime.
 	DataDir string
-	// Source delivers the desired pods; nil means a list+watch of pods with
-	// spec.nodeName=NodeName through Client.
+	// Source delivers the desired pods of the API set; nil means a
+	// list+watch of pods with spec.nodeName=NodeName through Client, kept in
+	// DataDir when one is given. A Source given here is used as is.
 	Source PodSource
 	// Workers is the number of pods synced in parallel (DefaultWorkers).
 	Workers int

@@ -63,8 +63,10 @@ type staticPods struct {
 	log       *slog.Logger
 	pokeC     chan struct{} // wakes the mirror loop
 
-	// files is the last read of each manifest; touched only by run.
-	files map[string]manifestFile
+	// files is the last read of each manifest, missing whether the
+	// directory was absent; touched only by run.
+	files   map[string]manifestFile
+	missing bool
 
 	mu     sync.Mutex
 	status map[types.UID]corev1.PodStatus // latest status of each static pod
@@ -155,9 +157,17 @@ func (s *staticPods) run(ctx context.Context, clk clock.Clock, period time.Durat
 // set.
 func (s *staticPods) scan() ([]*corev1.Pod, bool) {
 	entries, err := os.ReadDir(s.dir)
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		if !s.missing {
+			s.log.Info("the manifest directory does not exist (yet); no static pods")
+			s.missing = true
+		}
+	case err != nil:
 		s.log.Warn("cannot read the manifest directory; keeping the static pods as they are", "err", err)
 		return s.current(false), false
+	default:
+		s.missing = false
 	}
 	changed := false
 	seen := make(map[string]bool, len(entries))

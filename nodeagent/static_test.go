@@ -2,17 +2,22 @@ package nodeagent
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/everynode/everynode/client"
+	clientfake "github.com/everynode/everynode/client/fake"
 	"github.com/everynode/everynode/nodeagent/runtime"
 	rtfake "github.com/everynode/everynode/nodeagent/runtime/fake"
 	"github.com/everynode/everynode/resources"
@@ -296,5 +301,66 @@ func TestStaticScanKeepsLastGoodVersion(t *testing.T) {
 	}
 	if pods, changed := s.scan(); !changed || len(pods) != 0 {
 		t.Errorf("directory removed: %d pods, changed %v", len(pods), changed)
+	}
+}
+
+// boundPodDeleter deletes pods as the API server does for pods bound to a
+// node: a delete with a grace period only marks the pod (deletionTimestamp)
+// and the node's agent finishes it with grace 0.
+type boundPodDeleter struct{ *clientfake.Client }
+
+const holdFinalizer = "test.everynode.io/graceful"
+
+func (c boundPodDeleter) Delete(ctx context.Context, r *resources.Resource, ns, name string, opts metav1.DeleteOptions) (client.Object, error) {
+	if r != resources.Pods {
+		return c.Client.Delete(ctx, r, ns, name, opts)
+	}
+	obj, err := c.Client.Get(ctx, r, ns, name)
+	if err != nil {
+		return nil, err
+	}
+	p := obj.(*corev1.Pod)
+	if pre := opts.Preconditions; pre != nil && pre.UID != nil && *pre.UID != p.UID {
+		return nil, apierrors.NewConflict(r.GroupResource(), name, errors.New("precondition failed: UID"))
+	}
+	if opts.GracePeriodSeconds == nil || *opts.GracePeriodSeconds > 0 {
+		p.Finalizers = append(p.Finalizers, holdFinalizer)
+		if _, err := c.Client.Update(ctx, p, client.WriteOptions{}); err != nil {
+			return nil, err
+		}
+		return c.Client.Delete(ctx, r, ns, name, opts)
+	}
+	if p.DeletionTimestamp != nil && slices.Contains(p.Finalizers, holdFinalizer) {
+		p.Finalizers = slices.DeleteFunc(p.Finalizers, func(f string) bool { return f == holdFinalizer })
+		return c.Client.Update(ctx, p, client.WriteOptions{})
+	}
+	return c.Client.Delete(ctx, r, ns, name, opts)
+}
+
+func TestStaticMirrorGracefulDeletionRecreates(t *testing.T) {
+	e := newEnv(t, rtfake.Config{})
+	dir := t.TempDir()
+	writeManifest(t, dir, "web.yaml", webManifest)
+	api := boundPodDeleter{Client: e.api.Client}
+	e.reconfigure(func(c *Config) { c.ManifestDir = dir; c.Client = api })
+	e.run()
+	var mirror *corev1.Pod
+	e.stepUntil("the mirror pod", time.Second, func() bool {
+		mirror = e.mirror("web-n1")
+		return mirror != nil && len(mirror.Status.ContainerStatuses) == 1
+	})
+	id := e.staticRunning("web-n1")[0].ID
+	if _, err := api.Delete(context.Background(), resources.Pods, "default", "web-n1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if m := e.mirror("web-n1"); m == nil || m.DeletionTimestamp == nil {
+		t.Fatalf("the graceful delete did not mark the mirror: %+v", m)
+	}
+	e.stepUntil("the marked mirror replaced by a fresh one", time.Second, func() bool {
+		m := e.mirror("web-n1")
+		return m != nil && m.UID != mirror.UID && m.DeletionTimestamp == nil && len(m.Status.ContainerStatuses) == 1
+	})
+	if now := e.staticRunning("web-n1"); len(now) != 1 || now[0].ID != id {
+		t.Errorf("static pod restarted: %+v", now)
 	}
 }
