@@ -210,7 +210,7 @@ func (c *cluster) createBarePod(name, node string) *corev1.Pod {
 	c.t.Helper()
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{"bare": "true"}},
-		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: imageV1}}},
+		Spec:       corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: imageV1}}},
 	}
 	resources.Pods.SetTypeMeta(p)
 	out, err := c.admin.Create(c.ctx, p, client.WriteOptions{})
@@ -241,4 +241,3 @@ func (c *cluster) eventsFor(kind, name, reason string) int {
 	}
 	return len(objs)
 }
-
