@@ -1,36 +1,26 @@
 package docker
 
 import (
-	"archive/tar"
-	"bytes"
 	"context"
-	"crypto/rand"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/docker/docker/api/types/build"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
-	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/client"
-	"github.com/docker/docker/pkg/jsonmessage"
 
 	"github.com/everynode/everynode/nodeagent/runtime"
+	"github.com/everynode/everynode/nodeagent/runtime/docker/internal/testimage"
 )
 
 // requireEnv turns a missing engine from a skip into a failure.
-const requireEnv = "EVERYNODE_REQUIRE_DOCKER"
+const requireEnv = testimage.RequireEnv
 
 // runLabel marks every container a test run creates, so TestMain can sweep
 // what a failed test left behind.
-const runLabel = "everynode-test.run"
+const runLabel = testimage.RunLabel
 
 // engine is what TestMain found: set once before any test runs, read-only
 // after.
@@ -46,18 +36,10 @@ func TestMain(m *testing.M) {
 }
 
 func testMain(m *testing.M) int {
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	engine.run = hex.EncodeToString(b[:])
-
+	engine.run = testimage.RunID()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
-	if err == nil {
-		pctx, pcancel := context.WithTimeout(ctx, 5*time.Second)
-		_, err = cli.Ping(pctx)
-		pcancel()
-	}
+	cli, err := testimage.Connect(ctx)
 	if err != nil {
 		engine.skipWhy = err.Error()
 		if os.Getenv(requireEnv) == "1" {
@@ -69,7 +51,7 @@ func testMain(m *testing.M) int {
 	}
 	defer cli.Close()
 	engine.cli = cli
-	tag, err := buildTestImage(ctx, cli, engine.run)
+	tag, err := testimage.Build(ctx, cli, "testdata/testdaemon", engine.run)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "FAIL: building the test image: %v\n", err)
 		return 1
@@ -90,67 +72,11 @@ func testMain(m *testing.M) int {
 		_ = cli.ContainerRemove(cctx, c.ID, container.RemoveOptions{Force: true, RemoveVolumes: true})
 		code = 1
 	}
-	if _, err := cli.ImageRemove(cctx, tag, image.RemoveOptions{Force: true, PruneChildren: true}); err != nil {
-		fmt.Fprintf(os.Stderr, "FAIL: removing the test image %s: %v\n", tag, err)
+	if err := testimage.Remove(cctx, cli, tag); err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: %v\n", err)
 		code = 1
 	}
 	return code
-}
-
-// buildTestImage compiles testdata/testdaemon statically and builds it into
-// a FROM scratch image tagged everynode-test/daemon:<binary hash>-<run>.
-func buildTestImage(ctx context.Context, cli *client.Client, run string) (string, error) {
-	dir, err := os.MkdirTemp("", "everynode-testdaemon-")
-	if err != nil {
-		return "", err
-	}
-	defer os.RemoveAll(dir)
-	bin := filepath.Join(dir, "testdaemon")
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, "./testdata/testdaemon")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOFLAGS=-buildvcs=false")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build: %v\n%s", err, out)
-	}
-	binData, err := os.ReadFile(bin)
-	if err != nil {
-		return "", err
-	}
-	sum := sha256.Sum256(binData)
-	tag := fmt.Sprintf("everynode-test/daemon:%s-%s", hex.EncodeToString(sum[:6]), run)
-
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	files := []struct {
-		name string
-		mode int64
-		data []byte
-	}{
-		{"Dockerfile", 0o644, []byte("FROM scratch\nCOPY testdaemon /testdaemon\nENTRYPOINT [\"/testdaemon\"]\nCMD [\"-exit-after\", \"0\"]\n")},
-		{"testdaemon", 0o755, binData},
-	}
-	for _, f := range files {
-		if err := tw.WriteHeader(&tar.Header{Name: f.name, Mode: f.mode, Size: int64(len(f.data))}); err != nil {
-			return "", err
-		}
-		if _, err := tw.Write(f.data); err != nil {
-			return "", err
-		}
-	}
-	if err := tw.Close(); err != nil {
-		return "", err
-	}
-	resp, err := cli.ImageBuild(ctx, &buf, build.ImageBuildOptions{
-		Tags: []string{tag}, Remove: true, ForceRemove: true,
-		Labels: map[string]string{runLabel: run},
-	})
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	if err := jsonmessage.DisplayJSONMessagesStream(resp.Body, io.Discard, 0, false, nil); err != nil {
-		return "", err
-	}
-	return tag, nil
 }
 
 // needEngine skips (or, with EVERYNODE_REQUIRE_DOCKER=1, fails: TestMain

@@ -1,6 +1,6 @@
 // Command testdaemon is the process in the Docker runtime tests' image (FROM
 // scratch, this static binary as /testdaemon). Flags say what it does, in
-// this order: print, allocate, serve HTTP, tick, exit.
+// this order: probe a path, print, allocate, serve HTTP, tick, exit.
 package main
 
 import (
@@ -24,7 +24,16 @@ func main() {
 	exitCode := flag.Int("exit-code", 0, "exit code with -exit-after")
 	ignoreTerm := flag.Bool("ignore-term", false, "ignore SIGTERM")
 	allocMB := flag.Int("alloc-mb", 0, "allocate and touch this many MiB at start")
+	exists := flag.String("exists", "", "exit 0 at once if this path exists, else 1 (a probe)")
 	flag.Parse()
+
+	if *exists != "" {
+		if _, err := os.Stat(*exists); err != nil {
+			fmt.Println(err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 
 	if *say != "" {
 		fmt.Println(*say)
