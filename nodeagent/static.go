@@ -333,6 +333,9 @@ func staticPod(pod *corev1.Pod, path, node string) error {
 		return fmt.Errorf("namespace %s: %s", pod.Namespace, strings.Join(msgs, "; "))
 	}
 	pod.Spec.NodeName = node
+	if pod.Spec.RestartPolicy == "" {
+		pod.Spec.RestartPolicy = corev1.RestartPolicyAlways // the API's default
+	}
 	pod.UID, pod.ResourceVersion, pod.Generation = "", "", 0
 	pod.ManagedFields, pod.OwnerReferences = nil, nil
 	pod.Status = corev1.PodStatus{}

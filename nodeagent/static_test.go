@@ -228,6 +228,9 @@ func TestStaticManifestParsing(t *testing.T) {
 		db.Annotations[AnnotationConfigSource] != "file" || db.Annotations[AnnotationConfigHash] != string(db.UID) {
 		t.Errorf("db %+v", db.ObjectMeta)
 	}
+	if db.Spec.RestartPolicy != corev1.RestartPolicyAlways {
+		t.Errorf("restartPolicy %q, want the API default Always", db.Spec.RestartPolicy)
+	}
 	if pods[1].Namespace != "default" {
 		t.Errorf("default namespace not applied: %q", pods[1].Namespace)
 	}

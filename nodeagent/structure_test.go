@@ -21,6 +21,9 @@ var (
 	_ runtime.Runtime = (*rtfake.Fake)(nil)
 	_ PodSink         = (*podCache)(nil)
 	_ PodSource       = (*apiSource)(nil)
+	_ PodSource       = (*diskSource)(nil)
+	_ PodSink         = (*persistSink)(nil)
+	_ PodSink         = setSink{}
 )
 
 // TestDependencies keeps the agent off the server's internals: it talks to
