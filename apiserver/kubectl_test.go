@@ -3,14 +3,22 @@ package apiserver
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
 
 	"github.com/everynode/everynode/apiserver/pki"
 	"github.com/everynode/everynode/client"
@@ -155,4 +163,221 @@ func TestKubectlExplain(t *testing.T) {
 	wantContains(t, out, "KIND:       Pod", "FIELD: containers <[]Container>", "image\t<string>", "name\t<string> -required-")
 	out = k.ok("explain", "nodes.spec.taints.effect")
 	wantContains(t, out, "FIELD: effect <string>")
+}
+
+// writeFile writes a manifest into the test's temp dir and returns its path.
+func writeFile(t *testing.T, name, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// dsManifest is a DaemonSet manifest as users write them.
+func dsManifest(name, image string, extraLabels ...string) string {
+	labels := "    app: " + name + "\n"
+	for _, l := range extraLabels {
+		k, v, _ := strings.Cut(l, "=")
+		labels += "    " + k + ": \"" + v + "\"\n"
+	}
+	return `apiVersion: apps/v1
+kind: DaemonSet
+metadata:
+  name: ` + name + `
+  labels:
+` + labels + `spec:
+  selector:
+    matchLabels:
+      app: ` + name + `
+  template:
+    metadata:
+      labels:
+        app: ` + name + `
+    spec:
+      containers:
+      - name: ` + name + `
+        image: ` + image + "\n"
+}
+
+// redisManifest is shared/manifests/redis-ds.yaml, the tutorial's DaemonSet.
+const redisManifest = `apiVersion: apps/v1
+kind: DaemonSet
+metadata:
+  name: redis-ds
+  labels:
+    app: redis-ds
+
+spec:
+  selector:
+    matchLabels:
+      name: redis-ds
+
+  template:
+    metadata:
+      labels:
+        name: redis-ds
+    spec:
+      containers:
+        - image: redis:5-alpine
+          name: redis
+          ports:
+            - containerPort: 6379
+      tolerations:
+        - key: node-role.kubernetes.io/master
+          effect: NoSchedule
+          operator: Exists
+`
+
+func (k *kubectlEnv) createDS(ns, name, image string, extraLabels ...string) *appsv1.DaemonSet {
+	k.t.Helper()
+	ds := newDS(name)
+	ds.Namespace = ns
+	ds.Spec.Template.Spec.Containers[0].Name = name
+	ds.Spec.Template.Spec.Containers[0].Image = image
+	for _, l := range extraLabels {
+		key, v, _ := strings.Cut(l, "=")
+		ds.Labels[key] = v
+	}
+	out, err := k.c.Create(testCtx(k.t), ds, client.WriteOptions{})
+	if err != nil {
+		k.t.Fatalf("create DaemonSet %s/%s: %v", ns, name, err)
+	}
+	return out.(*appsv1.DaemonSet)
+}
+
+// createNode registers a Ready node as an agent would.
+func (k *kubectlEnv) createNode(name string, labels map[string]string) {
+	k.t.Helper()
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
+	out, err := k.c.Create(testCtx(k.t), n, client.WriteOptions{})
+	if err != nil {
+		k.t.Fatalf("create node: %v", err)
+	}
+	n = out.(*corev1.Node)
+	n.Status = corev1.NodeStatus{
+		Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "AgentReady",
+			LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}},
+		Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.0.1"}},
+		NodeInfo:  corev1.NodeSystemInfo{KubeletVersion: "v1.32.0", OSImage: "Alpine Linux", KernelVersion: "6.6", ContainerRuntimeVersion: "docker://28.5.2"},
+	}
+	if _, err := k.c.UpdateStatus(testCtx(k.t), n, client.WriteOptions{}); err != nil {
+		k.t.Fatalf("node status: %v", err)
+	}
+}
+
+func (k *kubectlEnv) ds(ns, name string) *appsv1.DaemonSet {
+	k.t.Helper()
+	return k.get(resources.DaemonSets, ns, name).(*appsv1.DaemonSet)
+}
+
+func (k *kubectlEnv) node(name string) *corev1.Node {
+	k.t.Helper()
+	return k.get(resources.Nodes, "", name).(*corev1.Node)
+}
+
+// lines splits output into rows of whitespace-separated fields.
+func lines(out string) [][]string {
+	var rows [][]string
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		rows = append(rows, strings.Fields(l))
+	}
+	return rows
+}
+
+func wantRows(t *testing.T, out string, want ...string) {
+	t.Helper()
+	rows := lines(out)
+	if len(rows) != len(want) {
+		t.Fatalf("got %d lines, want %d:\n%s", len(rows), len(want), out)
+	}
+	for i, w := range want {
+		if got := strings.Join(rows[i], " "); got != w {
+			t.Errorf("line %d = %q, want %q\n%s", i, got, w, out)
+		}
+	}
+}
+
+// ageRE matches kubectl's human durations ("0s", "5m", "2m30s", "3h").
+var ageRE = regexp.MustCompile(`^[0-9]+[smhdy]([0-9]+[smh])?$`)
+
+// noAge drops the AGE header and age values, which depend on timing.
+func noAge(out string) string {
+	var b strings.Builder
+	for _, row := range lines(out) {
+		var kept []string
+		for _, f := range row {
+			if f != "AGE" && !ageRE.MatchString(f) {
+				kept = append(kept, f)
+			}
+		}
+		b.WriteString(strings.Join(kept, " ") + "\n")
+	}
+	return b.String()
+}
+
+func TestKubectlGet(t *testing.T) {
+	k := newKubectlEnv(t)
+	k.createNode("node-1", map[string]string{"node-role.kubernetes.io/master": ""})
+	ds := k.createDS("default", "agent", "busybox:1.36")
+	k.createDS("kube-system", "edge", "busybox:1.37")
+	pod := newPod("agent-x", "node-1")
+	pod.Namespace = "default"
+	pod.Labels = map[string]string{"app": "agent"}
+	if _, err := k.c.Create(testCtx(t), pod, client.WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cr := &appsv1.ControllerRevision{
+		ObjectMeta: metav1.ObjectMeta{Name: "agent-1", Namespace: "default", Labels: map[string]string{"app": "agent"},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "DaemonSet", Name: "agent", UID: ds.UID, Controller: ptr.To(true)}}},
+		Data: runtime.RawExtension{Raw: []byte(`{"spec":{}}`)}, Revision: 1,
+	}
+	if _, err := k.c.Create(testCtx(t), cr, client.WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	wantRows(t, noAge(k.ok("get", "ds")),
+		"NAME DESIRED CURRENT READY UP-TO-DATE AVAILABLE NODE SELECTOR",
+		"agent 0 0 0 0 0 <none>")
+	wantRows(t, noAge(k.ok("get", "ds", "-o", "wide")),
+		"NAME DESIRED CURRENT READY UP-TO-DATE AVAILABLE NODE SELECTOR CONTAINERS IMAGES SELECTOR",
+		"agent 0 0 0 0 0 <none> agent busybox:1.36 app=agent")
+	wantRows(t, noAge(k.ok("get", "ds", "-A")),
+		"NAMESPACE NAME DESIRED CURRENT READY UP-TO-DATE AVAILABLE NODE SELECTOR",
+		"default agent 0 0 0 0 0 <none>",
+		"kube-system edge 0 0 0 0 0 <none>")
+	wantRows(t, noAge(k.ok("get", "ds", "--show-labels")),
+		"NAME DESIRED CURRENT READY UP-TO-DATE AVAILABLE NODE SELECTOR LABELS",
+		"agent 0 0 0 0 0 <none> app=agent")
+	wantRows(t, noAge(k.ok("get", "pods", "-o", "wide")),
+		"NAME READY STATUS RESTARTS IP NODE NOMINATED NODE READINESS GATES",
+		"agent-x 0/1 Pending 0 <none> node-1 <none> <none>")
+	wantRows(t, noAge(k.ok("get", "nodes", "-o", "wide")),
+		"NAME STATUS ROLES VERSION INTERNAL-IP EXTERNAL-IP OS-IMAGE KERNEL-VERSION CONTAINER-RUNTIME",
+		"node-1 Ready master v1.32.0 10.0.0.1 <none> Alpine Linux 6.6 docker://28.5.2")
+	wantRows(t, noAge(k.ok("get", "controllerrevisions")),
+		"NAME CONTROLLER REVISION", "agent-1 daemonset.apps/agent 1")
+	wantRows(t, noAge(k.ok("get", "ns", "default")), "NAME STATUS", "default Active")
+	wantContains(t, k.ok("get", "all"), "pod/agent-x", "daemonset.apps/agent")
+
+	yml := k.ok("get", "ds", "agent", "-o", "yaml")
+	wantContains(t, yml, "apiVersion: apps/v1", "kind: DaemonSet", "image: busybox:1.36", "uid: "+string(ds.UID))
+	var list struct {
+		Kind  string `json:"kind"`
+		Items []appsv1.DaemonSet
+	}
+	if err := json.Unmarshal([]byte(k.ok("get", "ds", "-A", "-o", "json")), &list); err != nil || list.Kind != "List" || len(list.Items) != 2 {
+		t.Fatalf("get -o json: kind %q, %d items, %v", list.Kind, len(list.Items), err)
+	}
+	if got := k.ok("get", "ds", "-A", "-o", "jsonpath={.items[*].metadata.name}"); got != "agent edge" {
+		t.Errorf("jsonpath = %q", got)
+	}
+	if got := k.ok("get", "ds", "-o", "name"); got != "daemonset.apps/agent\n" {
+		t.Errorf("-o name = %q", got)
+	}
+	if r := k.run("", nil, "get", "pods", "-n", "kube-system"); r.code != 0 || !strings.Contains(r.err, "No resources found in kube-system namespace.") {
+		t.Errorf("empty list: exit %d, stderr %q", r.code, r.err)
+	}
+	wantContains(t, k.fails("", "get", "ds", "missing"), `Error from server (NotFound): daemonsets.apps "missing" not found`)
 }
