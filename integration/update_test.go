@@ -1,0 +1,242 @@
+package integration
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/everynode/everynode/client"
+	"github.com/everynode/everynode/resources"
+)
+
+// startDS creates ds and waits until it runs one ready pod on each of n
+// nodes; it returns the pods by node and the revision hash.
+func (c *cluster) startDS(ds *appsv1.DaemonSet, n int) (map[string]*corev1.Pod, string) {
+	c.t.Helper()
+	c.createDS(ds)
+	sel := "app=" + ds.Name
+	var pods map[string]*corev1.Pod
+	eventually(c.t, waitLong, func() (err error) {
+		pods, err = c.onePodPerNode(sel, nodeNames(n), "")
+		return err
+	})
+	c.waitStatus(ds.Name, counts{desired: int32(n), current: int32(n), ready: int32(n), updated: int32(n), available: int32(n)})
+	return pods, c.currentRevision(ds.Name, sel).Labels[hashLabel]
+}
+
+// waitRolledOut waits until every node runs one ready pod of hash and the
+// status says the rollout is complete (kubectl rollout status's test).
+func (c *cluster) waitRolledOut(name string, n int, hash string) map[string]*corev1.Pod {
+	c.t.Helper()
+	var pods map[string]*corev1.Pod
+	eventually(c.t, waitLong, func() (err error) {
+		pods, err = c.onePodPerNode("app="+name, nodeNames(n), hash)
+		return err
+	})
+	c.waitStatus(name, counts{desired: int32(n), current: int32(n), ready: int32(n), updated: int32(n), available: int32(n)})
+	return pods
+}
+
+// TestRollingUpdateMaxUnavailable: an image change with maxUnavailable=1 on
+// 6 nodes; polled continuously, never more than one node is without a
+// running ready pod and no node ever has two pods (delete, then create);
+// the rollout ends with every pod on the new controller-revision-hash.
+func TestRollingUpdateMaxUnavailable(t *testing.T) {
+	const n = 6
+	c := newCluster(t, n)
+	ds := newDaemonSet("agent")
+	ds.Spec.UpdateStrategy = appsv1.DaemonSetUpdateStrategy{Type: appsv1.RollingUpdateDaemonSetStrategyType, RollingUpdate: maxUnavailable(1)}
+	before, oldHash := c.startDS(ds, n)
+
+	w := c.watchRollout("app=agent", nodeNames(n))
+	c.updateDS("agent", func(ds *appsv1.DaemonSet) { ds.Spec.Template.Spec.Containers[0].Image = imageV2 })
+	cur := c.currentRevision("agent", "app=agent")
+	if cur.Labels[hashLabel] == oldHash || cur.Revision != 2 {
+		t.Fatalf("current revision %s (#%d), want a new hash at revision 2", cur.Name, cur.Revision)
+	}
+	after := c.waitRolledOut("agent", n, cur.Labels[hashLabel])
+	maxWithout, maxPods, _ := w.finish(t)
+	if maxWithout > 1 {
+		t.Errorf("up to %d nodes were without a ready pod at once, maxUnavailable is 1", maxWithout)
+	}
+	if maxPods > 1 {
+		t.Errorf("up to %d pods on one node; without surge a node never has two", maxPods)
+	}
+	for node, p := range after {
+		if p.UID == before[node].UID || p.Spec.Containers[0].Image != imageV2 {
+			t.Errorf("node %s: pod %s not replaced with %s", node, p.Name, imageV2)
+		}
+	}
+}
+
+// TestRollingUpdateMaxSurge: `kubectl rollout restart` (a template
+// annotation change) with maxSurge=1, maxUnavailable=0 on 5 nodes: never a
+// node without a ready pod, never more than two pods on one node.
+func TestRollingUpdateMaxSurge(t *testing.T) {
+	const n = 5
+	c := newCluster(t, n)
+	ds := newDaemonSet("agent")
+	surge, zero := intstr.FromInt32(1), intstr.FromInt32(0)
+	ds.Spec.UpdateStrategy = appsv1.DaemonSetUpdateStrategy{Type: appsv1.RollingUpdateDaemonSetStrategyType,
+		RollingUpdate: &appsv1.RollingUpdateDaemonSet{MaxSurge: &surge, MaxUnavailable: &zero}}
+	before, oldHash := c.startDS(ds, n)
+
+	w := c.watchRollout("app=agent", nodeNames(n))
+	c.updateDS("agent", func(ds *appsv1.DaemonSet) {
+		ds.Spec.Template.Annotations = map[string]string{"kubectl.kubernetes.io/restartedAt": time.Now().Format(time.RFC3339)}
+	})
+	cur := c.currentRevision("agent", "app=agent")
+	if cur.Labels[hashLabel] == oldHash {
+		t.Fatalf("restart did not make a new revision")
+	}
+	after := c.waitRolledOut("agent", n, cur.Labels[hashLabel])
+	maxWithout, maxPods, _ := w.finish(t)
+	if maxWithout > 0 {
+		t.Errorf("%d node(s) were without a ready pod at some moment; maxSurge=1 maxUnavailable=0 allows none", maxWithout)
+	}
+	if maxPods > 2 {
+		t.Errorf("up to %d pods on one node, want at most 2", maxPods)
+	}
+	if maxPods < 2 {
+		t.Logf("the poller never saw the surge pod next to the old one (rollout too quick to observe)")
+	}
+	for node, p := range after {
+		if p.UID == before[node].UID {
+			t.Errorf("node %s: pod not restarted", node)
+		}
+	}
+}
+
+// TestOnDelete: with OnDelete a template change replaces nothing; a pod
+// deleted by hand comes back with the new template; the others stay.
+func TestOnDelete(t *testing.T) {
+	const n = 4
+	c := newCluster(t, n)
+	ds := newDaemonSet("agent")
+	ds.Spec.UpdateStrategy = appsv1.DaemonSetUpdateStrategy{Type: appsv1.OnDeleteDaemonSetStrategyType}
+	before, oldHash := c.startDS(ds, n)
+
+	c.updateDS("agent", func(ds *appsv1.DaemonSet) { ds.Spec.Template.Spec.Containers[0].Image = imageV2 })
+	cur := c.currentRevision("agent", "app=agent")
+	newHash := cur.Labels[hashLabel]
+	if newHash == oldHash {
+		t.Fatalf("no new revision")
+	}
+	c.waitStatus("agent", counts{desired: n, current: n, ready: n, updated: 0, available: n})
+	consistently(t, time.Second, func() error {
+		now, err := c.onePodPerNode("app=agent", nodeNames(n), oldHash)
+		if err != nil {
+			return err
+		}
+		return sameUIDs(uids(before), uids(now))
+	})
+
+	victim := before["node-2"]
+	c.deletePod(victim.Name)
+	var after map[string]*corev1.Pod
+	eventually(t, waitLong, func() (err error) {
+		after, err = c.onePodPerNode("app=agent", nodeNames(n), "")
+		if err == nil && after["node-2"].UID == victim.UID {
+			err = errors.New("node-2's pod not replaced yet")
+		}
+		return err
+	})
+	if p := after["node-2"]; p.Labels[hashLabel] != newHash || p.Spec.Containers[0].Image != imageV2 {
+		t.Errorf("replacement %s: hash %s image %s, want %s %s", p.Name, p.Labels[hashLabel], p.Spec.Containers[0].Image, newHash, imageV2)
+	}
+	for _, node := range []string{"node-0", "node-1", "node-3"} {
+		if after[node].UID != before[node].UID || after[node].Labels[hashLabel] != oldHash {
+			t.Errorf("pod on %s touched", node)
+		}
+	}
+	c.waitStatus("agent", counts{desired: n, current: n, ready: n, updated: 1, available: n})
+}
+
+// TestRollback: as `kubectl rollout undo` during a broken rollout (the new
+// image cannot be pulled, so the rollout stalls at one node): patching the
+// DaemonSet with revision 1's data makes revision 1's ControllerRevision
+// current again — same name and hash, number bumped to 3, no new revision —
+// the pods still on it keep their uids, and the broken pod is replaced.
+func TestRollback(t *testing.T) {
+	const n = 4
+	c := newCluster(t, n)
+	ds := newDaemonSet("agent")
+	ds.Spec.UpdateStrategy = appsv1.DaemonSetUpdateStrategy{Type: appsv1.RollingUpdateDaemonSetStrategyType, RollingUpdate: maxUnavailable(1)}
+	before, hash1 := c.startDS(ds, n)
+	rev1 := c.revisions("app=agent")[0]
+
+	c.updateDS("agent", func(ds *appsv1.DaemonSet) { ds.Spec.Template.Spec.Containers[0].Image = brokenImage })
+	rev2 := c.currentRevision("agent", "app=agent")
+	hash2 := rev2.Labels[hashLabel]
+	// The rollout stalls: one node runs a pod of revision 2 that never gets
+	// ready (image pull fails); the others keep their revision 1 pods.
+	var brokenNode string
+	eventually(t, waitLong, func() error {
+		pods, err := c.pods("app=agent")
+		if err != nil {
+			return err
+		}
+		var broken []*corev1.Pod
+		for _, p := range pods {
+			if p.Labels[hashLabel] == hash2 {
+				broken = append(broken, p)
+			}
+		}
+		if len(broken) != 1 || len(pods) != n {
+			return fmt.Errorf("%d pods, %d of revision 2; want %d and 1", len(pods), len(broken), n)
+		}
+		if podReady(broken[0]) {
+			return fmt.Errorf("pod %s of the broken image is ready", broken[0].Name)
+		}
+		if w := broken[0].Status.ContainerStatuses; len(w) != 1 || w[0].State.Waiting == nil {
+			return fmt.Errorf("pod %s: not waiting on the image yet: %+v", broken[0].Name, w)
+		}
+		brokenNode = broken[0].Spec.NodeName
+		return nil
+	})
+	c.waitStatus("agent", counts{desired: n, current: n, ready: n - 1, updated: 1, available: n - 1})
+
+	// kubectl rollout undo: strategic-merge patch with the revision's data.
+	if _, err := c.admin.Patch(c.ctx, resources.DaemonSets, ns, "agent", types.StrategicMergePatchType, rev1.Data.Raw, client.WriteOptions{}, ""); err != nil {
+		t.Fatalf("rollback patch: %v", err)
+	}
+	after := c.waitRolledOut("agent", n, hash1)
+	revs := c.revisions("app=agent")
+	if len(revs) != 2 {
+		t.Fatalf("%d controllerrevisions after rollback, want 2 (no new one)", len(revs))
+	}
+	if revs[1].Name != rev1.Name || revs[1].UID != rev1.UID || revs[1].Revision != 3 || revs[1].Labels[hashLabel] != hash1 {
+		t.Errorf("current revision %s (uid %s, #%d, hash %s), want %s (uid %s) bumped to #3 with hash %s",
+			revs[1].Name, revs[1].UID, revs[1].Revision, revs[1].Labels[hashLabel], rev1.Name, rev1.UID, hash1)
+	}
+	if revs[0].Name != rev2.Name || revs[0].Revision != 2 {
+		t.Errorf("old revision %s #%d, want %s #2", revs[0].Name, revs[0].Revision, rev2.Name)
+	}
+	for node, p := range after {
+		switch {
+		case node == brokenNode && p.UID == before[node].UID:
+			t.Errorf("node %s: the pod of revision 1 deleted for the rollout came back with its old uid", node)
+		case node != brokenNode && p.UID != before[node].UID:
+			t.Errorf("node %s: pod of revision 1 restarted by the rollback (uid %s → %s)", node, before[node].UID, p.UID)
+		}
+	}
+}
+
+// sameUIDs reports nil when both maps are equal.
+func sameUIDs(want, got map[string]types.UID) error {
+	if len(want) != len(got) {
+		return fmt.Errorf("%d pods, want %d", len(got), len(want))
+	}
+	for n, u := range want {
+		if got[n] != u {
+			return fmt.Errorf("pod on %s has uid %s, want %s", n, got[n], u)
+		}
+	}
+	return nil
+}
