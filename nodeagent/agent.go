@@ -166,6 +166,9 @@ type Agent struct {
 	// facts and runtimeVersion are reported in the Node's status; set by Run.
 	facts          hostFacts
 	runtimeVersion string
+	// nodeMetaDone is set once the Node's managed labels and taints were
+	// reconciled; touched only by the node loop.
+	nodeMetaDone bool
 	// static is the static pods' source and mirror pod state; nil without
 	// ManifestDir.
 	static *staticPods

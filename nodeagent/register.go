@@ -98,7 +98,9 @@ func (a *Agent) nodeLoop(ctx context.Context) {
 }
 
 // syncNode creates the Node when it is missing, reconciles the labels and
-// taints the agent manages, and posts the status.
+// taints the agent manages (once per Run, like kubelet at registration: a
+// later kubectl label or taint of the same key is not fought), and posts
+// the status.
 func (a *Agent) syncNode(ctx context.Context) error {
 	opts := client.WriteOptions{FieldManager: agentFieldManager}
 	obj, err := a.api.Get(ctx, resources.Nodes, "", a.cfg.NodeName)
@@ -116,7 +118,9 @@ func (a *Agent) syncNode(ctx context.Context) error {
 		return fmt.Errorf("nodeagent: register node %s: got %T", a.cfg.NodeName, obj)
 	}
 	next := node.DeepCopy()
-	a.reconcileMeta(next)
+	if !a.nodeMetaDone {
+		a.reconcileMeta(next)
+	}
 	if !equality.Semantic.DeepEqual(next.ObjectMeta, node.ObjectMeta) || !equality.Semantic.DeepEqual(next.Spec, node.Spec) {
 		out, err := a.api.Update(ctx, next, opts)
 		if err != nil {
@@ -127,6 +131,7 @@ func (a *Agent) syncNode(ctx context.Context) error {
 		}
 		next = node.DeepCopy()
 	}
+	a.nodeMetaDone = true
 	a.setNodeStatus(&next.Status, a.clock.Now())
 	if _, err := a.api.UpdateStatus(ctx, next, opts); err != nil {
 		return fmt.Errorf("nodeagent: update node status %s: %w", a.cfg.NodeName, err)

@@ -145,6 +145,21 @@ func TestRegisterNode(t *testing.T) {
 			t.Errorf("unchanged labels and taints written again: %s", a)
 		}
 	}
+
+	// kubectl label --overwrite of a managed key is not fought while the
+	// agent runs (as kubelet applies --node-labels at registration).
+	n = e.node()
+	n.Labels["zone"] = "west"
+	if _, err := e.api.Update(ctx, n, clientWrite()); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Step(DefaultNodeStatusPeriod)
+	if err := e.agent.syncNode(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if z := e.node().Labels["zone"]; z != "west" {
+		t.Errorf("zone = %q after a heartbeat, want kubectl's west", z)
+	}
 }
 
 func TestRegisterCapacityOverride(t *testing.T) {
@@ -232,6 +247,10 @@ func TestRegisterKeepsWhatOthersSet(t *testing.T) {
 
 func TestRunReregistersDeletedNode(t *testing.T) {
 	e := newEnv(t, rtfake.Config{})
+	e.reconfigure(func(c *Config) {
+		c.Labels = map[string]string{"zone": "edge"}
+		c.Taints = mustTaints(t, "edge:NoSchedule")
+	})
 	e.run()
 	var first *corev1.Node
 	eventually(t, "the node registered", func() bool {
@@ -252,6 +271,9 @@ func TestRunReregistersDeletedNode(t *testing.T) {
 		o, err := e.api.Get(context.Background(), resources.Nodes, "", testNode)
 		return err == nil && o.GetUID() != first.UID
 	})
+	if n := e.node(); n.Labels["zone"] != "edge" || n.Labels[corev1.LabelHostname] != testNode || len(n.Spec.Taints) != 1 {
+		t.Errorf("re-registered node: labels %v taints %v", n.Labels, n.Spec.Taints)
+	}
 }
 
 func TestRunRetriesRegistration(t *testing.T) {
