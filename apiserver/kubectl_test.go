@@ -381,3 +381,81 @@ func TestKubectlGet(t *testing.T) {
 	}
 	wantContains(t, k.fails("", "get", "ds", "missing"), `Error from server (NotFound): daemonsets.apps "missing" not found`)
 }
+
+func TestKubectlApply(t *testing.T) {
+	k := newKubectlEnv(t)
+	f := writeFile(t, "ds.yaml", dsManifest("agent", "busybox:1.36"))
+
+	// Client-side apply: created, unchanged, configured.
+	wantContains(t, k.ok("apply", "-f", f), "daemonset.apps/agent created")
+	if ann := k.ds("default", "agent").Annotations["kubectl.kubernetes.io/last-applied-configuration"]; !strings.Contains(ann, "busybox:1.36") {
+		t.Fatalf("last-applied annotation %q", ann)
+	}
+	rv := k.ds("default", "agent").ResourceVersion
+	wantContains(t, k.ok("apply", "-f", f), "daemonset.apps/agent unchanged")
+	if got := k.ds("default", "agent").ResourceVersion; got != rv {
+		t.Fatalf("unchanged apply wrote: resourceVersion %s → %s", rv, got)
+	}
+	f = writeFile(t, "ds.yaml", dsManifest("agent", "busybox:1.37"))
+	wantContains(t, k.ok("apply", "-f", f), "daemonset.apps/agent configured")
+	if img := k.ds("default", "agent").Spec.Template.Spec.Containers[0].Image; img != "busybox:1.37" {
+		t.Fatalf("image after configured apply: %s", img)
+	}
+
+	// Server-side apply over the client-side applied object (kubectl migrates
+	// the client-side managers and sends its kubectl-last-applied follow-up),
+	// then once more without change.
+	f = writeFile(t, "ds.yaml", dsManifest("agent", "busybox:1.38"))
+	wantContains(t, k.ok("apply", "--server-side", "-f", f), "daemonset.apps/agent serverside-applied")
+	ds := k.ds("default", "agent")
+	if img := ds.Spec.Template.Spec.Containers[0].Image; img != "busybox:1.38" {
+		t.Fatalf("image after server-side apply: %s", img)
+	}
+	if m := findManager(ds.ManagedFields, "kubectl"); m == nil || m.Operation != metav1.ManagedFieldsOperationApply {
+		t.Fatalf("no kubectl Apply manager: %+v", ds.ManagedFields)
+	}
+	if ann := ds.Annotations["kubectl.kubernetes.io/last-applied-configuration"]; !strings.Contains(ann, "busybox:1.38") {
+		t.Errorf("last-applied annotation not kept up to date by the apply: %q", ann)
+	}
+	rv = ds.ResourceVersion
+	wantContains(t, k.ok("apply", "--server-side", "-f", f), "daemonset.apps/agent serverside-applied")
+	if got := k.ds("default", "agent").ResourceVersion; got != rv {
+		t.Fatalf("second server-side apply wrote: resourceVersion %s → %s", rv, got)
+	}
+
+	// The tutorial manifest, server-side from scratch (the PATCH creates it),
+	// then a conflicting apply by another manager, refused and then forced.
+	redis := writeFile(t, "redis.yaml", redisManifest)
+	wantContains(t, k.ok("apply", "--server-side", "-f", redis), "daemonset.apps/redis-ds serverside-applied")
+	rv = k.ds("default", "redis-ds").ResourceVersion
+	wantContains(t, k.ok("apply", "--server-side", "-f", redis), "serverside-applied")
+	if got := k.ds("default", "redis-ds").ResourceVersion; got != rv {
+		t.Fatalf("second server-side apply of redis-ds wrote")
+	}
+	changed := writeFile(t, "redis2.yaml", strings.Replace(redisManifest, "redis:5-alpine", "redis:6-alpine", 1))
+	wantContains(t, k.fails("", "apply", "--server-side", "--field-manager=other", "-f", changed),
+		`Apply failed with 1 conflict: conflict with "kubectl"`, ".spec.template.spec.containers[name=\"redis\"].image", "--force-conflicts")
+	k.ok("apply", "--server-side", "--field-manager=other", "--force-conflicts", "-f", changed)
+	if img := k.ds("default", "redis-ds").Spec.Template.Spec.Containers[0].Image; img != "redis:6-alpine" {
+		t.Fatalf("forced apply image %s", img)
+	}
+
+	// create: 201, then 409.
+	created := writeFile(t, "created.yaml", dsManifest("created", "busybox:1.36"))
+	wantContains(t, k.ok("create", "-f", created), "daemonset.apps/created created")
+	wantContains(t, k.fails("", "create", "-f", created),
+		`Error from server (AlreadyExists): error when creating "`+created+`": daemonsets.apps "created" already exists`)
+
+	// Strict field validation reaches the server.
+	typo := writeFile(t, "typo.yaml", strings.Replace(dsManifest("typo", "busybox"), "image:", "imagex:", 1))
+	wantContains(t, k.fails("", "apply", "-f", typo), "unknown field", "imagex")
+}
+
+func findManager(entries []metav1.ManagedFieldsEntry, manager string) *metav1.ManagedFieldsEntry {
+	for i := range entries {
+		if entries[i].Manager == manager {
+			return &entries[i]
+		}
+	}
+	return nil
+}
