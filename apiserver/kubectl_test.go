@@ -459,3 +459,96 @@ func findManager(entries []metav1.ManagedFieldsEntry, manager string) *metav1.Ma
 	}
 	return nil
 }
+
+func TestKubectlModify(t *testing.T) {
+	k := newKubectlEnv(t)
+	k.createDS("default", "agent", "busybox:1.36")
+	k.createNode("node-1", nil)
+	image := func() string { return k.ds("default", "agent").Spec.Template.Spec.Containers[0].Image }
+
+	// patch: strategic (default), merge, json; a repeated patch is "no change".
+	wantContains(t, k.ok("patch", "ds", "agent", "-p", `{"spec":{"template":{"spec":{"containers":[{"name":"agent","image":"busybox:1.40"}]}}}}`),
+		"daemonset.apps/agent patched")
+	if img := image(); img != "busybox:1.40" {
+		t.Fatalf("strategic patch image %s", img)
+	}
+	k.ok("patch", "ds", "agent", "--type=merge", "-p", `{"metadata":{"labels":{"m":"1"}}}`)
+	if l := k.ds("default", "agent").Labels; l["m"] != "1" || l["app"] != "agent" {
+		t.Fatalf("merge patch labels %v", l)
+	}
+	jp := `[{"op":"replace","path":"/spec/template/spec/containers/0/image","value":"busybox:1.41"}]`
+	k.ok("patch", "ds", "agent", "--type=json", "-p", jp)
+	if img := image(); img != "busybox:1.41" {
+		t.Fatalf("json patch image %s", img)
+	}
+	wantContains(t, k.ok("patch", "ds", "agent", "--type=json", "-p", jp), "daemonset.apps/agent patched (no change)")
+
+	// label and annotate, set and removed.
+	k.ok("label", "ds", "agent", "tier=edge")
+	k.ok("annotate", "ds", "agent", "note=hello")
+	ds := k.ds("default", "agent")
+	if ds.Labels["tier"] != "edge" || ds.Annotations["note"] != "hello" {
+		t.Fatalf("label/annotate: %v %v", ds.Labels, ds.Annotations)
+	}
+	wantContains(t, k.fails("", "label", "ds", "agent", "tier=core"), "already has a value (edge)")
+	k.ok("label", "ds", "agent", "tier-")
+	k.ok("annotate", "ds", "agent", "note-")
+	ds = k.ds("default", "agent")
+	if _, ok := ds.Labels["tier"]; ok {
+		t.Fatalf("label not removed: %v", ds.Labels)
+	}
+	if _, ok := ds.Annotations["note"]; ok {
+		t.Fatalf("annotation not removed: %v", ds.Annotations)
+	}
+	k.ok("label", "node", "node-1", "disk=ssd")
+	if k.node("node-1").Labels["disk"] != "ssd" {
+		t.Fatal("node label not set")
+	}
+
+	// taint and untaint (the taints list is atomic: kubectl sends it whole).
+	k.ok("taint", "nodes", "node-1", "node-role.kubernetes.io/master:NoSchedule")
+	k.ok("taint", "nodes", "node-1", "other=x:NoExecute")
+	if taints := k.node("node-1").Spec.Taints; len(taints) != 2 {
+		t.Fatalf("taints %+v", taints)
+	}
+	k.ok("taint", "nodes", "node-1", "node-role.kubernetes.io/master:NoSchedule-")
+	if taints := k.node("node-1").Spec.Taints; len(taints) != 1 || taints[0].Key != "other" || taints[0].Value != "x" {
+		t.Fatalf("taints after untaint %+v", taints)
+	}
+	k.ok("taint", "nodes", "node-1", "other-")
+	if taints := k.node("node-1").Spec.Taints; len(taints) != 0 {
+		t.Fatalf("taints after removing the last %+v", taints)
+	}
+
+	// cordon / uncordon, with the table's SchedulingDisabled.
+	wantContains(t, k.ok("cordon", "node-1"), "node/node-1 cordoned")
+	if !k.node("node-1").Spec.Unschedulable {
+		t.Fatal("cordon did not set unschedulable")
+	}
+	wantContains(t, k.ok("get", "nodes"), "Ready,SchedulingDisabled")
+	wantContains(t, k.ok("cordon", "node-1"), "already cordoned")
+	wantContains(t, k.ok("uncordon", "node-1"), "node/node-1 uncordoned")
+	if k.node("node-1").Spec.Unschedulable {
+		t.Fatal("uncordon did not clear unschedulable")
+	}
+
+	// edit through an editor script.
+	r := k.run("", []string{"KUBE_EDITOR=sed -i s/busybox:1.41/busybox:1.42/"}, "edit", "ds", "agent")
+	if r.code != 0 || !strings.Contains(r.out, "daemonset.apps/agent edited") {
+		t.Fatalf("edit: exit %d\n%s\n%s", r.code, r.out, r.err)
+	}
+	if img := image(); img != "busybox:1.42" {
+		t.Fatalf("edited image %s", img)
+	}
+
+	// replace with a whole new object.
+	f := writeFile(t, "ds.yaml", dsManifest("agent", "busybox:1.43", "replaced=yes"))
+	wantContains(t, k.ok("replace", "-f", f), "daemonset.apps/agent replaced")
+	ds = k.ds("default", "agent")
+	if img := ds.Spec.Template.Spec.Containers[0].Image; img != "busybox:1.43" || ds.Labels["replaced"] != "yes" || ds.Labels["m"] != "" {
+		t.Fatalf("replaced object: image %s labels %v", img, ds.Labels)
+	}
+	if ds.Generation < 5 {
+		t.Errorf("generation %d after five template changes", ds.Generation)
+	}
+}
