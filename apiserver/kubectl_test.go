@@ -1,6 +1,7 @@
 package apiserver
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -10,12 +11,15 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
@@ -550,5 +554,112 @@ func TestKubectlModify(t *testing.T) {
 	}
 	if ds.Generation < 5 {
 		t.Errorf("generation %d after five template changes", ds.Generation)
+	}
+}
+
+func TestKubectlDelete(t *testing.T) {
+	k := newKubectlEnv(t)
+	for _, name := range []string{"a", "b", "c", "d", "e"} {
+		group := "group=keep"
+		if name == "c" || name == "d" {
+			group = "group=x"
+		}
+		k.createDS("default", name, "busybox", group)
+	}
+	gone := func(name string) bool {
+		_, err := k.c.Get(testCtx(t), resources.DaemonSets, "default", name)
+		return apierrors.IsNotFound(err)
+	}
+
+	// Background (kubectl's default), with the wait that follows.
+	wantContains(t, k.ok("delete", "ds", "a"), `daemonset.apps "a" deleted`)
+	if !gone("a") {
+		t.Fatal("a still exists")
+	}
+	// Orphan: the server marks the object with the orphan finalizer for the
+	// garbage collector (not running here), so do not wait.
+	k.ok("delete", "ds", "b", "--cascade=orphan", "--wait=false")
+	if b := k.ds("default", "b"); b.DeletionTimestamp == nil || !slices.Contains(b.Finalizers, metav1.FinalizerOrphanDependents) {
+		t.Fatalf("orphan delete: deletionTimestamp %v finalizers %v", b.DeletionTimestamp, b.Finalizers)
+	}
+	// By label.
+	out := k.ok("delete", "ds", "-l", "group=x")
+	wantContains(t, out, `daemonset.apps "c" deleted`, `daemonset.apps "d" deleted`)
+	if !gone("c") || !gone("d") || gone("e") {
+		t.Fatal("label delete removed the wrong objects")
+	}
+	wantContains(t, k.fails("", "delete", "ds", "missing"), `Error from server (NotFound): daemonsets.apps "missing" not found`)
+	k.ok("delete", "ds", "missing", "--ignore-not-found")
+	// --all (b is still waiting for its finalizer).
+	k.ok("delete", "ds", "--all", "--wait=false")
+	if !gone("e") {
+		t.Fatal("--all left e")
+	}
+	// A pod with no node is removed at once.
+	if _, err := k.c.Create(testCtx(t), newPod("lonely", ""), client.WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	wantContains(t, k.ok("delete", "pod", "lonely"), `pod "lonely" deleted`)
+}
+
+// TestKubectlWatch runs `kubectl get -w` until it has printed the initial
+// rows and one change, then stops it.
+func TestKubectlWatch(t *testing.T) {
+	k := newKubectlEnv(t)
+	k.createDS("default", "agent", "busybox:1.36")
+	for _, args := range [][]string{{"get", "ds", "-w"}, {"get", "ds", "agent", "-w", "--output-watch-events"}} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, "kubectl", append([]string{"--kubeconfig", k.kubeconfig, "--cache-dir", k.cacheDir}, args...)...)
+			stdout, err := cmd.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				_ = cmd.Process.Kill()
+				_ = cmd.Wait()
+			}()
+			rows := make(chan string, 10)
+			go func() {
+				defer close(rows)
+				sc := bufio.NewScanner(stdout)
+				for sc.Scan() {
+					rows <- sc.Text()
+				}
+			}()
+			next := func() string {
+				t.Helper()
+				select {
+				case l, ok := <-rows:
+					if !ok {
+						t.Fatalf("kubectl ended early: %s", stderr.String())
+					}
+					return l
+				case <-time.After(10 * time.Second):
+					t.Fatalf("no output within 10s: %s", stderr.String())
+				}
+				return ""
+			}
+			header := strings.Fields(next())
+			first := strings.Fields(next())
+			if header[len(header)-1] != "AGE" || !slices.Contains(first, "agent") {
+				t.Fatalf("header %v, first row %v", header, first)
+			}
+			image := "busybox:" + strconv.Itoa(40+len(args))
+			k.ok("set", "image", "ds/agent", "agent="+image)
+			changed := strings.Fields(next())
+			if !slices.Contains(changed, "agent") {
+				t.Fatalf("row after change %v", changed)
+			}
+			if args[len(args)-1] == "--output-watch-events" && changed[0] != "MODIFIED" {
+				t.Fatalf("event column %v", changed)
+			}
+		})
 	}
 }
