@@ -1,0 +1,250 @@
+package agenttest
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/client"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	clientfake "github.com/everynode/everynode/client/fake"
+	"github.com/everynode/everynode/nodeagent"
+	"github.com/everynode/everynode/nodeagent/runtime"
+	"github.com/everynode/everynode/nodeagent/runtime/docker"
+	"github.com/everynode/everynode/nodeagent/runtime/docker/internal/testimage"
+	"github.com/everynode/everynode/resources"
+)
+
+// engine is what TestMain found: set before any test runs, read-only after.
+var engine struct {
+	cli     *client.Client
+	skipWhy string
+	image   string
+	run     string
+}
+
+func TestMain(m *testing.M) { os.Exit(testMain(m)) }
+
+func testMain(m *testing.M) int {
+	engine.run = testimage.RunID()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cli, err := testimage.Connect(ctx)
+	if err != nil {
+		engine.skipWhy = err.Error()
+		if os.Getenv(testimage.RequireEnv) == "1" {
+			fmt.Fprintf(os.Stderr, "FAIL: no Docker engine and %s=1: %v\n", testimage.RequireEnv, err)
+			return 1
+		}
+		fmt.Fprintf(os.Stderr, "SKIP: no Docker engine: %v (set %s=1 to fail instead)\n", err, testimage.RequireEnv)
+		return m.Run()
+	}
+	defer cli.Close()
+	engine.cli = cli
+	if engine.image, err = testimage.Build(ctx, cli, "../testdata/testdaemon", engine.run); err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: %v\n", err)
+		return 1
+	}
+	code := m.Run()
+
+	// Every test removes its node's containers; anything left is a bug.
+	cctx, ccancel := context.WithTimeout(context.Background(), time.Minute)
+	defer ccancel()
+	all, err := cli.ContainerList(cctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", runtime.LabelNode))})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: listing leftover containers: %v\n", err)
+		code = 1
+	}
+	for _, c := range all {
+		if strings.HasPrefix(c.Labels[runtime.LabelNode], nodePrefix()) {
+			fmt.Fprintf(os.Stderr, "FAIL: container %s %v left behind\n", c.ID[:12], c.Names)
+			_ = cli.ContainerRemove(cctx, c.ID, container.RemoveOptions{Force: true, RemoveVolumes: true})
+			code = 1
+		}
+	}
+	if err := testimage.Remove(cctx, cli, engine.image); err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: %v\n", err)
+		code = 1
+	}
+	return code
+}
+
+func nodePrefix() string { return "agenttest-" + engine.run + "-" }
+
+// node is one agent on the engine with its API.
+type node struct {
+	t    *testing.T
+	name string
+	api  *clientfake.Client
+	rt   *docker.Runtime
+	logs *syncBuffer
+}
+
+// newNode makes a node name unique to this run and removes every container
+// of it when the test ends.
+func newNode(t *testing.T, name string, api *clientfake.Client) *node {
+	t.Helper()
+	if engine.cli == nil {
+		t.Skip("SKIP: no Docker engine: " + engine.skipWhy)
+	}
+	n := &node{t: t, name: nodePrefix() + name, api: api, logs: &syncBuffer{}}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rt, err := docker.New(ctx, docker.Config{NodeName: n.name, Logger: n.logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.rt = rt
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		list, err := rt.ListContainers(ctx, nil)
+		if err != nil {
+			t.Errorf("cleanup: list: %v", err)
+		}
+		for _, c := range list {
+			if err := rt.RemoveContainer(ctx, c.ID); err != nil {
+				t.Errorf("cleanup: remove %s: %v", c.ID, err)
+			}
+		}
+		rt.Close()
+		if t.Failed() {
+			t.Logf("logs of node %s:\n%s", n.name, n.logs.String())
+		}
+	})
+	return n
+}
+
+func (n *node) logger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(n.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// start runs an agent for the node until the returned stop is called (or the
+// test ends). source nil: the API's pods.
+func (n *node) start(source nodeagent.PodSource) (*nodeagent.Agent, func()) {
+	n.t.Helper()
+	a, err := nodeagent.New(nodeagent.Config{
+		NodeName: n.name, NodeIP: "127.0.0.1", Client: n.api, Runtime: n.rt, Logger: n.logger(),
+		DataDir: n.t.TempDir(), Source: source, RelistPeriod: 200 * time.Millisecond, ResyncPeriod: time.Second,
+	})
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					n.t.Errorf("agent %s: Run: %v", n.name, err)
+				}
+			case <-time.After(30 * time.Second):
+				n.t.Errorf("agent %s did not stop", n.name)
+			}
+		})
+	}
+	n.t.Cleanup(stop)
+	return a, stop
+}
+
+// pod is a one-container pod on the node running the test daemon with args.
+func (n *node) pod(name string, args ...string) *corev1.Pod {
+	return &corev1.Pod{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: types.UID(n.name + "-" + name)},
+		Spec: corev1.PodSpec{
+			NodeName:      n.name,
+			RestartPolicy: corev1.RestartPolicyAlways,
+			Containers: []corev1.Container{{
+				Name: "app", Image: engine.image, Args: args, ImagePullPolicy: corev1.PullIfNotPresent,
+			}},
+		},
+		Status: corev1.PodStatus{Phase: corev1.PodPending},
+	}
+}
+
+func (n *node) seed(p *corev1.Pod) {
+	n.t.Helper()
+	if err := n.api.Seed(p); err != nil {
+		n.t.Fatal(err)
+	}
+}
+
+func (n *node) get(name string) *corev1.Pod {
+	n.t.Helper()
+	o, err := n.api.Get(context.Background(), resources.Pods, "default", name)
+	if err != nil {
+		n.t.Fatalf("get pod %s: %v", name, err)
+	}
+	return o.(*corev1.Pod)
+}
+
+// wait polls the pod (a real asynchronous system) until cond holds.
+func (n *node) wait(name, what string, within time.Duration, cond func(*corev1.Pod) bool) *corev1.Pod {
+	n.t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		p := n.get(name)
+		if cond(p) {
+			return p
+		}
+		if time.Now().After(deadline) {
+			n.t.Fatalf("pod %s: timed out after %s waiting for %s; status: %+v", name, within, what, p.Status)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// containers lists the node's containers of the pod on the engine.
+func (n *node) containers(p *corev1.Pod) []runtime.Container {
+	n.t.Helper()
+	l, err := n.rt.ListContainers(context.Background(), runtime.Labels{runtime.LabelPodUID: string(p.UID)})
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	return l
+}
+
+func running(p *corev1.Pod) bool {
+	return len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].State.Running != nil
+}
+
+func waitingReason(p *corev1.Pod) string {
+	if len(p.Status.ContainerStatuses) != 1 || p.Status.ContainerStatuses[0].State.Waiting == nil {
+		return ""
+	}
+	return p.Status.ContainerStatuses[0].State.Waiting.Reason
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent use.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
