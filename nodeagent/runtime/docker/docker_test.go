@@ -541,6 +541,10 @@ func TestLogs(t *testing.T) {
 	if tail := get(runtime.LogOptions{TailLines: &two}); !slices.Equal(tail, []string{"line 4", "line 5"}) {
 		t.Errorf("tail 2: %q", tail)
 	}
+	zero := int64(0)
+	if none := get(runtime.LogOptions{TailLines: &zero}); len(none) != 1 || none[0] != "" {
+		t.Errorf("tail 0: %q, want nothing", none)
+	}
 	stamped := get(runtime.LogOptions{Timestamps: true, TailLines: &two})
 	var first time.Time
 	for i, l := range stamped {
