@@ -166,6 +166,9 @@ type Agent struct {
 	// facts and runtimeVersion are reported in the Node's status; set by Run.
 	facts          hostFacts
 	runtimeVersion string
+	// health pauses the pod workers' API writes while the server is
+	// unreachable.
+	health *apiHealth
 	// nodeMetaDone is set once the Node's managed labels and taints were
 	// reconciled; touched only by the node loop.
 	nodeMetaDone bool
@@ -220,6 +223,7 @@ func New(cfg Config) (*Agent, error) {
 		state:     make(map[types.UID]*podState),
 		lastSeen:  make(map[types.UID]string),
 		relistNow: make(chan struct{}, 1),
+		health:    &apiHealth{clock: cfg.Clock},
 	}
 	var sets []string
 	if cfg.ManifestDir != "" {

@@ -497,12 +497,18 @@ func (a *Agent) terminate(ctx context.Context, pod *corev1.Pod, st *podState) (t
 			return 0, err
 		}
 	}
+	if a.health.paused() {
+		return 0, fmt.Errorf("nodeagent: delete pod %s: %w", podRef(pod), errAPIPaused)
+	}
 	zero := int64(0)
 	uid := pod.UID
-	_, err := a.api.Delete(ctx, resources.Pods, pod.Namespace, pod.Name, metav1.DeleteOptions{
+	dctx, cancel := context.WithTimeout(ctx, apiCallTimeout)
+	defer cancel()
+	_, err := a.api.Delete(dctx, resources.Pods, pod.Namespace, pod.Name, metav1.DeleteOptions{
 		GracePeriodSeconds: &zero,
 		Preconditions:      &metav1.Preconditions{UID: &uid},
 	})
+	a.health.observe(err)
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 		return 0, fmt.Errorf("nodeagent: delete pod %s: %w", podRef(pod), err)
 	}

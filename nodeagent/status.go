@@ -252,10 +252,16 @@ func (a *Agent) writeStatus(ctx context.Context, pod *corev1.Pod, st *podState, 
 		a.static.setStatus(pod.UID, status)
 		return nil
 	}
+	if a.health.paused() {
+		return fmt.Errorf("nodeagent: update status of pod %s: %w", podRef(pod), errAPIPaused)
+	}
+	ctx, cancel := context.WithTimeout(ctx, apiCallTimeout)
+	defer cancel()
 	next := pod.DeepCopy()
 	next.Status = status
 	for attempt := 0; ; attempt++ {
-		out, err := a.api.UpdateStatus(ctx, next, client.WriteOptions{FieldManager: "everynode-agent"})
+		out, err := a.api.UpdateStatus(ctx, next, client.WriteOptions{FieldManager: agentFieldManager})
+		a.health.observe(err)
 		switch {
 		case err == nil:
 			st.written = &status
@@ -268,6 +274,7 @@ func (a *Agent) writeStatus(ctx context.Context, pod *corev1.Pod, st *podState, 
 			return nil
 		case apierrors.IsConflict(err) && attempt == 0:
 			fresh, gerr := a.api.Get(ctx, resources.Pods, pod.Namespace, pod.Name)
+			a.health.observe(gerr)
 			if gerr != nil {
 				return fmt.Errorf("nodeagent: get pod %s: %w", podRef(pod), gerr)
 			}

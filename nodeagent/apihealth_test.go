@@ -1,0 +1,78 @@
+package nodeagent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	testingclock "k8s.io/utils/clock/testing"
+
+	rtfake "github.com/everynode/everynode/nodeagent/runtime/fake"
+)
+
+func TestUnreachable(t *testing.T) {
+	gr := schema.GroupResource{Resource: "pods"}
+	for _, tc := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"nil", nil, false},
+		{"refused", errors.New("dial tcp 127.0.0.1:6443: connect: connection refused"), true},
+		{"deadline", fmt.Errorf("update: %w", context.DeadlineExceeded), true},
+		{"503", apierrors.NewServiceUnavailable("down"), true},
+		{"504", apierrors.NewTimeoutError("slow", 1), true},
+		{"not found", apierrors.NewNotFound(gr, "x"), false},
+		{"conflict", apierrors.NewConflict(gr, "x", errors.New("rv")), false},
+		{"forbidden", apierrors.NewForbidden(gr, "x", errors.New("node")), false},
+		{"wrapped 503", fmt.Errorf("nodeagent: %w", apierrors.NewServiceUnavailable("down")), true},
+	} {
+		if got := unreachable(tc.err); got != tc.want {
+			t.Errorf("%s: unreachable = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestAPIHealthPausesWrites(t *testing.T) {
+	clk := testingclock.NewFakeClock(t0)
+	h := &apiHealth{clock: clk}
+	h.observe(apierrors.NewNotFound(schema.GroupResource{Resource: "pods"}, "x"))
+	if h.paused() {
+		t.Fatal("an answer from the server paused the writes")
+	}
+	h.observe(errors.New("connection refused"))
+	if !h.paused() {
+		t.Fatal("an unreachable server did not pause the writes")
+	}
+	clk.Step(apiPause)
+	if h.paused() {
+		t.Error("still paused after apiPause")
+	}
+}
+
+func TestStatusWriteSkippedWhilePaused(t *testing.T) {
+	e := newEnv(t, rtfake.Config{})
+	e.seed(newPod("web"))
+	e.api.Fail("update", "pods/status", errors.New("connection refused"))
+	p := e.refresh("web")
+	if _, err := e.agent.syncPod(context.Background(), p.UID); err == nil {
+		t.Fatal("a failed status write was not reported")
+	}
+	e.api.Fail("update", "pods/status", nil)
+	e.api.ClearActions()
+	if _, err := e.agent.syncPod(context.Background(), p.UID); !errors.Is(err, errAPIPaused) {
+		t.Fatalf("second sync: %v, want the write deferred", err)
+	}
+	if n := len(e.api.Actions()); n != 0 {
+		t.Errorf("%d API calls while paused", n)
+	}
+	e.clock.Step(apiPause + time.Second)
+	got, _ := e.sync("web")
+	if got.Status.Phase != "Running" {
+		t.Errorf("status after the pause: %+v", got.Status)
+	}
+}
