@@ -35,7 +35,9 @@ func (a *Agent) mirrorLoop(ctx context.Context) {
 	defer t.Stop()
 	s := a.static
 	for {
-		err := a.syncMirrors(ctx)
+		sctx, cancel := context.WithTimeout(ctx, 3*apiCallTimeout)
+		err := a.syncMirrors(sctx)
+		cancel()
 		switch {
 		case ctx.Err() != nil:
 			return

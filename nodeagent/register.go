@@ -70,7 +70,10 @@ func (a *Agent) nodeLoop(ctx context.Context) {
 	failing := false
 	for {
 		wait := a.cfg.NodeStatusPeriod
-		if err := a.syncNode(ctx); err != nil {
+		sctx, cancel := context.WithTimeout(ctx, 3*apiCallTimeout)
+		err := a.syncNode(sctx)
+		cancel()
+		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
