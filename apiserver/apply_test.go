@@ -155,3 +155,16 @@ func TestManagedFieldsOnUpdates(t *testing.T) {
 		t.Fatalf("status write changed managedFields: %+v", status.ManagedFields)
 	}
 }
+
+// TestServerSideApplyPortsByProtocol: container ports are keyed by port and
+// protocol, as upstream, so 53/TCP and 53/UDP may coexist.
+func TestServerSideApplyPortsByProtocol(t *testing.T) {
+	e := newEnv(t)
+	body := appliedDS("coredns") + "        ports:\n        - {containerPort: 53, protocol: UDP}\n        - {containerPort: 53}\n"
+	var ds appsv1.DaemonSet
+	e.apply("kubectl", body, false).must(t, http.StatusCreated, &ds)
+	if p := ds.Spec.Template.Spec.Containers[0].Ports; len(p) != 2 || p[1].Protocol != "TCP" {
+		t.Fatalf("ports %+v", p)
+	}
+	e.apply("kubectl", body, false).must(t, http.StatusOK, nil)
+}

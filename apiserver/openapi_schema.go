@@ -132,10 +132,25 @@ func (g *schemaGen) addFields(s *spec.Schema, t reflect.Type, docs map[string]st
 				prop.AddExtension("x-kubernetes-patch-merge-key", key)
 			}
 		}
+		fixList(t.Name()+"."+name, &prop)
 		s.Properties[name] = prop
 		if !strings.Contains(opts, "omitempty") && !strings.Contains(opts, "omitzero") && f.Type.Kind() != reflect.Pointer {
 			s.Required = append(s.Required, name)
 		}
+	}
+}
+
+// fixList applies the few upstream list semantics that struct tags do not
+// express and that matter for server-side apply: container ports are keyed
+// by port and protocol (53/TCP next to 53/UDP is legal), the protocol
+// defaulting to TCP. field is "<Go type>.<json name>".
+func fixList(field string, s *spec.Schema) {
+	switch field {
+	case "Container.ports", "EphemeralContainer.ports":
+		s.AddExtension("x-kubernetes-list-type", "map")
+		s.AddExtension("x-kubernetes-list-map-keys", []any{"containerPort", "protocol"})
+	case "ContainerPort.protocol":
+		s.Default = "TCP"
 	}
 }
 
