@@ -139,6 +139,11 @@ func (r *Runtime) ContainerStatus(ctx context.Context, id string) (runtime.Conta
 		st.Message = s.Error
 		if st.State == runtime.StateExited {
 			st.Finished = parseTime(s.FinishedAt)
+			if st.Finished.Before(st.Started) {
+				// The engine stamps StartedAt after starting the process; one
+				// that exits at once can seem to finish before it started.
+				st.Finished = st.Started
+			}
 			st.ExitCode = s.ExitCode
 			switch {
 			case s.OOMKilled:
