@@ -1,0 +1,116 @@
+package printers
+
+import (
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/utils/ptr"
+)
+
+var now = time.Date(2026, 1, 2, 12, 0, 0, 0, time.UTC)
+
+func ago(d time.Duration) metav1.Time { return metav1.NewTime(now.Add(-d)) }
+
+func running(name string, ready bool, restarts int32) corev1.ContainerStatus {
+	return corev1.ContainerStatus{Name: name, Ready: ready, RestartCount: restarts,
+		State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}
+}
+
+func TestPodCells(t *testing.T) {
+	sidecar := corev1.Container{Name: "side", RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways)}
+	tests := []struct {
+		name                       string
+		pod                        corev1.Pod
+		ready, status, restartText string
+	}{
+		{name: "pending", pod: corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "a"}}},
+			Status: corev1.PodStatus{Phase: corev1.PodPending}}, ready: "0/1", status: "Pending", restartText: "0"},
+		{name: "running with restarts", pod: corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "a"}}},
+			Status: corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{func() corev1.ContainerStatus {
+				c := running("a", true, 3)
+				c.LastTerminationState.Terminated = &corev1.ContainerStateTerminated{FinishedAt: ago(5 * time.Minute)}
+				return c
+			}()}}}, ready: "1/1", status: "Running", restartText: "3 (5m ago)"},
+		{name: "crash loop", pod: corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "a"}, {Name: "b"}}},
+			Status: corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{
+				{Name: "a", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}}},
+				running("b", true, 0)}}}, ready: "1/2", status: "CrashLoopBackOff", restartText: "0"},
+		{name: "exit code", pod: corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "a"}}},
+			Status: corev1.PodStatus{Phase: corev1.PodFailed, ContainerStatuses: []corev1.ContainerStatus{
+				{Name: "a", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 2}}}}}},
+			ready: "0/1", status: "ExitCode:2", restartText: "0"},
+		{name: "init waiting", pod: corev1.Pod{Spec: corev1.PodSpec{InitContainers: []corev1.Container{{Name: "i"}}, Containers: []corev1.Container{{Name: "a"}}},
+			Status: corev1.PodStatus{Phase: corev1.PodPending, InitContainerStatuses: []corev1.ContainerStatus{
+				{Name: "i", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff"}}}}}},
+			ready: "0/1", status: "Init:ImagePullBackOff", restartText: "0"},
+		{name: "init running", pod: corev1.Pod{Spec: corev1.PodSpec{InitContainers: []corev1.Container{{Name: "i"}, {Name: "j"}}, Containers: []corev1.Container{{Name: "a"}}},
+			Status: corev1.PodStatus{Phase: corev1.PodPending, InitContainerStatuses: []corev1.ContainerStatus{
+				{Name: "i", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0}}},
+				running("j", false, 0)}}},
+			ready: "0/1", status: "Init:1/2", restartText: "0"},
+		{name: "started sidecar counts", pod: corev1.Pod{Spec: corev1.PodSpec{InitContainers: []corev1.Container{sidecar}, Containers: []corev1.Container{{Name: "a"}}},
+			Status: corev1.PodStatus{Phase: corev1.PodRunning,
+				InitContainerStatuses: []corev1.ContainerStatus{func() corev1.ContainerStatus {
+					c := running("side", true, 1)
+					c.Started = ptr.To(true)
+					return c
+				}()},
+				ContainerStatuses: []corev1.ContainerStatus{running("a", true, 0)}}},
+			ready: "2/2", status: "Running", restartText: "1"},
+		{name: "completed but running", pod: corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "a"}, {Name: "b"}}},
+			Status: corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{
+				running("a", true, 0),
+				{Name: "b", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "Completed"}}}}}},
+			ready: "1/2", status: "NotReady", restartText: "0"},
+		{name: "terminating", pod: corev1.Pod{ObjectMeta: metav1.ObjectMeta{DeletionTimestamp: ptr.To(ago(time.Second))},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "a"}}}, Status: corev1.PodStatus{Phase: corev1.PodRunning}},
+			ready: "0/1", status: "Terminating", restartText: "0"},
+		{name: "node lost", pod: corev1.Pod{ObjectMeta: metav1.ObjectMeta{DeletionTimestamp: ptr.To(ago(time.Second))},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "a"}}}, Status: corev1.PodStatus{Phase: corev1.PodRunning, Reason: "NodeLost"}},
+			ready: "0/1", status: "Unknown", restartText: "0"},
+		{name: "scheduling gated", pod: corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "a"}}},
+			Status: corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{
+				{Type: corev1.PodScheduled, Reason: corev1.PodReasonSchedulingGated}}}},
+			ready: "0/1", status: "SchedulingGated", restartText: "0"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cells := Cells(&tt.pod, now)
+			if len(cells) != len(Columns(schema.GroupKind{Kind: "Pod"})) {
+				t.Fatalf("%d cells", len(cells))
+			}
+			if cells[1] != tt.ready || cells[2] != tt.status || cells[3] != tt.restartText {
+				t.Fatalf("ready %v status %v restarts %v, want %s %s %s", cells[1], cells[2], cells[3], tt.ready, tt.status, tt.restartText)
+			}
+		})
+	}
+}
+
+func TestCellsMatchColumns(t *testing.T) {
+	objs := []struct {
+		gk  schema.GroupKind
+		obj runtime.Object
+	}{
+		{schema.GroupKind{Group: "apps", Kind: "DaemonSet"}, &appsv1.DaemonSet{}},
+		{schema.GroupKind{Kind: "Node"}, &corev1.Node{}},
+		{schema.GroupKind{Kind: "Namespace"}, &corev1.Namespace{}},
+		{schema.GroupKind{Group: "apps", Kind: "ControllerRevision"}, &appsv1.ControllerRevision{}},
+		{schema.GroupKind{Kind: "Event"}, &corev1.Event{}},
+		{schema.GroupKind{Kind: "ConfigMap"}, &corev1.ConfigMap{}},
+	}
+	for _, o := range objs {
+		cells := Cells(o.obj, now)
+		if got, want := len(cells), len(Columns(o.gk)); got != want {
+			t.Errorf("%s: %d cells for %d columns", o.gk, got, want)
+		}
+	}
+	ds := &appsv1.DaemonSet{Status: appsv1.DaemonSetStatus{DesiredNumberScheduled: 2}}
+	if c := Cells(ds, now); c[1] != int64(2) || c[6] != "<none>" || c[7] != "<unknown>" {
+		t.Errorf("daemonset cells %v", c)
+	}
+}
