@@ -127,26 +127,11 @@ func (s *Server) serveApply(w http.ResponseWriter, req *http.Request, c call) er
 	if err != nil {
 		return err
 	}
-	manager := q.Get("fieldManager")
-	if manager == "" {
-		return apierrors.NewBadRequest("PATCH requests with the apply content type must specify fieldManager")
-	}
-	if len(manager) > maxManagerLength {
-		return apierrors.NewBadRequest(fmt.Sprintf("fieldManager is longer than %d characters", maxManagerLength))
-	}
-	force := queryBool(q, "force")
 	body, err := s.readBody(w, req)
 	if err != nil {
 		return err
 	}
-	applied, err := s.decodeApplied(c, body, strict)
-	if err != nil {
-		return err
-	}
-	if err := s.authorize(req.Context(), c, "patch"); err != nil {
-		return err
-	}
-	out, created, err := s.applyObject(req.Context(), c, applied, manager, force, dry)
+	out, created, err := s.applyBody(req.Context(), c, body, q.Get("fieldManager"), queryBool(q, "force"), strict, dry)
 	if err != nil {
 		return err
 	}
@@ -156,6 +141,24 @@ func (s *Server) serveApply(w http.ResponseWriter, req *http.Request, c call) er
 	}
 	writeJSON(w, code, out)
 	return nil
+}
+
+// applyBody authorizes and runs one server-side apply of body by manager.
+func (s *Server) applyBody(ctx context.Context, c call, body []byte, manager string, force, strict, dry bool) (resources.Object, bool, error) {
+	if manager == "" {
+		return nil, false, apierrors.NewBadRequest("PATCH requests with the apply content type must specify fieldManager")
+	}
+	if len(manager) > maxManagerLength {
+		return nil, false, apierrors.NewBadRequest(fmt.Sprintf("fieldManager is longer than %d characters", maxManagerLength))
+	}
+	applied, err := s.decodeApplied(c, body, strict)
+	if err != nil {
+		return nil, false, err
+	}
+	if err := s.authorize(ctx, c, "patch"); err != nil {
+		return nil, false, err
+	}
+	return s.applyObject(ctx, c, applied, manager, force, dry)
 }
 
 // decodeApplied parses an apply body (YAML or JSON) into the unstructured

@@ -6,7 +6,12 @@ import (
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/everynode/everynode/client"
+	"github.com/everynode/everynode/resources"
 )
 
 const applyType = "application/apply-patch+yaml"
@@ -167,4 +172,33 @@ func TestServerSideApplyPortsByProtocol(t *testing.T) {
 		t.Fatalf("ports %+v", p)
 	}
 	e.apply("kubectl", body, false).must(t, http.StatusOK, nil)
+}
+
+// TestLocalClientApply: the in-process client serves server-side apply and
+// records its FieldManager on other writes.
+func TestLocalClientApply(t *testing.T) {
+	e := newEnv(t)
+	lc := NewLocalClient(e.s, "controller", mastersGroup)
+	ctx := testCtx(t)
+	obj, err := lc.Patch(ctx, resources.DaemonSets, "default", "agent", types.ApplyYAMLPatchType,
+		[]byte(appliedDS("busybox:1.36")), client.WriteOptions{FieldManager: "everynode-apply"}, "")
+	if err != nil {
+		t.Fatalf("apply: %v", err)
+	}
+	ds := obj.(*appsv1.DaemonSet)
+	if m := managerEntry(ds, "everynode-apply"); m == nil || m.Operation != metav1.ManagedFieldsOperationApply {
+		t.Fatalf("managedFields %+v", ds.ManagedFields)
+	}
+	ds.Labels["x"] = "y"
+	obj, err = lc.Update(ctx, ds, client.WriteOptions{FieldManager: "labeller"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := managerEntry(obj.(*appsv1.DaemonSet), "labeller"); m == nil || !strings.Contains(string(m.FieldsV1.Raw), `"f:x"`) {
+		t.Fatalf("update managedFields %+v", obj.(*appsv1.DaemonSet).ManagedFields)
+	}
+	if _, err := lc.Patch(ctx, resources.DaemonSets, "default", "agent", types.ApplyYAMLPatchType,
+		[]byte(appliedDS("busybox:1.36")), client.WriteOptions{}, ""); !apierrors.IsBadRequest(err) {
+		t.Fatalf("apply without a field manager: %v", err)
+	}
 }

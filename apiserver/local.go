@@ -134,7 +134,9 @@ func (l *localClient) Create(ctx context.Context, obj client.Object, opts client
 	if err != nil {
 		return nil, err
 	}
-	out, err := l.s.createObject(ctx, l.call(r, objectNamespace(r, c), c.GetName(), ""), c, dryRunOf(opts))
+	cl := l.call(r, objectNamespace(r, c), c.GetName(), "")
+	cl.manager = opts.FieldManager
+	out, err := l.s.createObject(ctx, cl, c, dryRunOf(opts))
 	if err != nil {
 		return nil, l.err(err)
 	}
@@ -157,7 +159,9 @@ func (l *localClient) update(ctx context.Context, obj client.Object, opts client
 	if sub != "" && !hasSubresource(r, sub) {
 		return nil, l.err(apierrors.NewNotFound(r.GroupResource(), c.GetName()+"/"+sub))
 	}
-	out, err := l.s.updateObject(ctx, l.call(r, objectNamespace(r, c), c.GetName(), sub), c, dryRunOf(opts))
+	cl := l.call(r, objectNamespace(r, c), c.GetName(), sub)
+	cl.manager = opts.FieldManager
+	out, err := l.s.updateObject(ctx, cl, c, dryRunOf(opts))
 	if err != nil {
 		return nil, l.err(err)
 	}
@@ -168,10 +172,19 @@ func (l *localClient) Patch(ctx context.Context, r *resources.Resource, namespac
 	if subresource != "" && !hasSubresource(r, subresource) {
 		return nil, l.err(apierrors.NewNotFound(r.GroupResource(), name+"/"+subresource))
 	}
+	c := l.call(r, namespace, name, subresource)
+	c.manager = opts.FieldManager
+	if pt == types.ApplyYAMLPatchType && subresource == "" {
+		out, _, err := l.s.applyBody(ctx, c, data, opts.FieldManager, false, false, dryRunOf(opts))
+		if err != nil {
+			return nil, l.err(err)
+		}
+		return own(r, out), nil
+	}
 	if _, err := patchType(string(pt)); err != nil {
 		return nil, l.err(err)
 	}
-	out, err := l.s.patchObject(ctx, l.call(r, namespace, name, subresource), pt, data, false, dryRunOf(opts))
+	out, err := l.s.patchObject(ctx, c, pt, data, false, dryRunOf(opts))
 	if err != nil {
 		return nil, l.err(err)
 	}
