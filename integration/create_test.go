@@ -80,6 +80,7 @@ func TestNodeAddedAndDeleted(t *testing.T) {
 	c.waitStatus("agent", counts{desired: 3, current: 3, ready: 3, updated: 3, available: 3})
 
 	t.Run("added", func(t *testing.T) {
+		c := c.sub(t)
 		c.startNode("node-3", nil)
 		c.waitNode("node-3")
 		eventually(t, waitLong, func() error {
@@ -90,6 +91,7 @@ func TestNodeAddedAndDeleted(t *testing.T) {
 	})
 
 	t.Run("deleted", func(t *testing.T) {
+		c := c.sub(t)
 		before, err := c.onePodPerNode("app=agent", nodeNames(4), "")
 		if err != nil {
 			t.Fatal(err)

@@ -31,6 +31,7 @@ func TestNodeLabels(t *testing.T) {
 	c.waitStatus("edge", counts{desired: 2, current: 2, ready: 2, updated: 2, available: 2})
 
 	t.Run("label added", func(t *testing.T) {
+		c := c.sub(t)
 		c.patchNode("node-2", map[string]any{"metadata": map[string]any{"labels": map[string]string{"role": "edge"}}})
 		eventually(t, waitLong, func() error {
 			_, err := c.onePodPerNode("app=edge", []string{"node-0", "node-1", "node-2"}, "")
@@ -39,6 +40,7 @@ func TestNodeLabels(t *testing.T) {
 		c.waitStatus("edge", counts{desired: 3, current: 3, ready: 3, updated: 3, available: 3})
 	})
 	t.Run("label removed", func(t *testing.T) {
+		c := c.sub(t)
 		c.patchNode("node-0", map[string]any{"metadata": map[string]any{"labels": map[string]any{"role": nil}}})
 		eventually(t, waitLong, func() error { return c.podGone(first["node-0"].Name, first["node-0"].UID) })
 		var now map[string]*corev1.Pod
@@ -77,6 +79,7 @@ func TestTaints(t *testing.T) {
 
 	noSchedule := corev1.Taint{Key: "example.com/maintenance", Value: "true", Effect: corev1.TaintEffectNoSchedule}
 	t.Run("NoSchedule keeps running pod, counted misscheduled", func(t *testing.T) {
+		c := c.sub(t)
 		c.setTaints("node-1", noSchedule)
 		// Kubernetes: shouldRun=false, shouldContinueRunning=true: the pod
 		// stays; status counts the node in numberMisscheduled and not in
@@ -93,6 +96,7 @@ func TestTaints(t *testing.T) {
 		}
 	})
 	t.Run("NoSchedule: no new pod on the tainted node", func(t *testing.T) {
+		c := c.sub(t)
 		p := plain["node-1"]
 		c.deletePod(p.Name)
 		eventually(t, waitLong, func() error { return c.podGone(p.Name, p.UID) })
@@ -123,6 +127,7 @@ func TestTaints(t *testing.T) {
 		c.waitStatus("plain", counts{desired: 4, current: 4, ready: 4, updated: 4, available: 4})
 	})
 	t.Run("NoExecute evicts non-tolerating pods", func(t *testing.T) {
+		c := c.sub(t)
 		now, err := c.onePodPerNode("app=plain", all, "")
 		if err != nil {
 			t.Fatal(err)

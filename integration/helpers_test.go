@@ -141,8 +141,20 @@ type cluster struct {
 	admin   client.Interface // the test's own client: HTTPS, admin token (like kubectl)
 	members *fakeMembership
 
-	mu    sync.Mutex
-	nodes map[string]*simNode
+	nodes *nodeSet
+}
+
+// nodeSet is the running simulated nodes.
+type nodeSet struct {
+	mu sync.Mutex
+	m  map[string]*simNode
+}
+
+// sub returns c for use by the subtest t (failures go to t).
+func (c *cluster) sub(t *testing.T) *cluster {
+	cc := *c
+	cc.t = t
+	return &cc
 }
 
 // newCluster starts etcd, the API, the controllers and n nodes named
@@ -179,7 +191,7 @@ func newCluster(t *testing.T, n int) *cluster {
 	caPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
 
 	c := &cluster{t: t, ctx: ctx, api: api, tokens: toks, url: srv.URL, caPEM: caPEM,
-		members: newFakeMembership(), nodes: map[string]*simNode{}}
+		members: newFakeMembership(), nodes: &nodeSet{m: map[string]*simNode{}}}
 	c.admin = c.httpClient(adminToken)
 
 	ctrlDone := make(chan struct{})
@@ -193,12 +205,15 @@ func newCluster(t *testing.T, n int) *cluster {
 	}()
 
 	t.Cleanup(func() {
-		c.mu.Lock()
-		nodes := make([]*simNode, 0, len(c.nodes))
-		for _, sn := range c.nodes {
+		if t.Failed() {
+			c.dump()
+		}
+		c.nodes.mu.Lock()
+		nodes := make([]*simNode, 0, len(c.nodes.m))
+		for _, sn := range c.nodes.m {
 			nodes = append(nodes, sn)
 		}
-		c.mu.Unlock()
+		c.nodes.mu.Unlock()
 		for _, sn := range nodes {
 			sn.cancel()
 		}
@@ -263,19 +278,19 @@ func (c *cluster) startNode(name string, labels map[string]string) *simNode {
 			c.t.Errorf("agent %s: %v", name, err)
 		}
 	}()
-	c.mu.Lock()
-	c.nodes[name] = sn
-	c.mu.Unlock()
+	c.nodes.mu.Lock()
+	c.nodes.m[name] = sn
+	c.nodes.mu.Unlock()
 	return sn
 }
 
 // stopNode stops a node's agent (the machine goes away) and waits for it.
 func (c *cluster) stopNode(name string) {
 	c.t.Helper()
-	c.mu.Lock()
-	sn := c.nodes[name]
-	delete(c.nodes, name)
-	c.mu.Unlock()
+	c.nodes.mu.Lock()
+	sn := c.nodes.m[name]
+	delete(c.nodes.m, name)
+	c.nodes.mu.Unlock()
 	if sn == nil {
 		c.t.Fatalf("no running node %s", name)
 	}
@@ -690,4 +705,30 @@ func (c *cluster) podGone(name string, uid types.UID) error {
 		return nil
 	}
 	return fmt.Errorf("pod %s (%s) still exists", name, uid)
+}
+
+// dump logs the DaemonSets, revisions and pods of the namespace (on failure).
+func (c *cluster) dump() {
+	if objs, _, err := c.admin.List(c.ctx, resources.DaemonSets, ns, client.ListOptions{}); err == nil {
+		for _, o := range objs {
+			ds := o.(*appsv1.DaemonSet)
+			c.t.Logf("dump: daemonset %s uid=%s gen=%d deleting=%v status=%+v", ds.Name, ds.UID, ds.Generation, ds.DeletionTimestamp != nil, ds.Status)
+		}
+	}
+	for _, r := range c.revisions("") {
+		c.t.Logf("dump: revision %s #%d owners=%v", r.Name, r.Revision, ownerUIDs(r.OwnerReferences))
+	}
+	pods, _ := c.pods("")
+	for _, p := range pods {
+		c.t.Logf("dump: pod %s uid=%s node=%s hash=%s phase=%s ready=%v deleting=%v owners=%v",
+			p.Name, p.UID, p.Spec.NodeName, p.Labels[hashLabel], p.Status.Phase, podReady(p), p.DeletionTimestamp != nil, ownerUIDs(p.OwnerReferences))
+	}
+}
+
+func ownerUIDs(refs []metav1.OwnerReference) []string {
+	var out []string
+	for _, r := range refs {
+		out = append(out, r.Kind+"/"+r.Name+"/"+string(r.UID))
+	}
+	return out
 }
