@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -73,8 +74,9 @@ func (c *netClient) restore() {
 // offlineEnv is an agent with a data dir behind a network that can be cut.
 type offlineEnv struct {
 	*env
-	net     *netClient
-	dataDir string
+	net         *netClient
+	dataDir     string
+	manifestDir string // optional
 }
 
 func newOfflineEnv(t *testing.T, pods ...*corev1.Pod) *offlineEnv {
@@ -96,6 +98,7 @@ func (o *offlineEnv) restart() {
 	o.reconfigure(func(c *Config) {
 		c.Client = o.net
 		c.DataDir = o.dataDir
+		c.ManifestDir = o.manifestDir
 	})
 }
 
@@ -319,5 +322,44 @@ func TestPodStore(t *testing.T) {
 	}
 	if _, ok, err := s.load(); ok || err == nil {
 		t.Errorf("torn file: ok %v err %v", ok, err)
+	}
+}
+
+func TestOfflineRestartWithStaticAndAssignedPods(t *testing.T) {
+	o := newOfflineEnv(t, newPod("web"))
+	o.manifestDir = t.TempDir()
+	writeManifest(t, o.manifestDir, "cache.yaml", strings.Replace(webManifest, "name: web", "name: cache", 1))
+	o.restart()
+	stop := o.run()
+	o.stepUntil("the assigned and the static pod running, both reported", time.Second, func() bool {
+		s, ok := o.apiStatus("web")
+		m, mok := o.apiStatus("cache-n1")
+		return ok && s.State.Running != nil && mok && m.State.Running != nil
+	})
+	ids := map[string]string{"web": o.running("web")[0].ID, "cache-n1": o.running("cache-n1")[0].ID}
+
+	o.net.cut()
+	stop()
+	o.rt.ResetCalls()
+	o.restart()
+	o.run()
+	for range 5 {
+		o.clock.Step(time.Second)
+		time.Sleep(5 * time.Millisecond)
+	}
+	eventually(t, "both pods' containers inspected", func() bool {
+		seen := map[string]bool{}
+		for _, c := range o.rt.Calls() {
+			seen[c.Subject] = true
+		}
+		return seen[ids["web"]] && seen[ids["cache-n1"]]
+	})
+	for name, id := range ids {
+		if r := o.running(name); len(r) != 1 || r[0].ID != id {
+			t.Errorf("%s: running %+v, want the adopted %s", name, r, id)
+		}
+	}
+	if n := o.rt.CountCalls("CreateContainer") + o.rt.CountCalls("RemoveContainer"); n != 0 {
+		t.Errorf("%d containers created or removed after an offline restart", n)
 	}
 }
