@@ -108,13 +108,16 @@ func (a *Agent) syncNode(ctx context.Context) error {
 	opts := client.WriteOptions{FieldManager: agentFieldManager}
 	obj, err := a.api.Get(ctx, resources.Nodes, "", a.cfg.NodeName)
 	if apierrors.IsNotFound(err) {
-		obj, err = a.api.Create(ctx, a.newNode(), opts)
-		if err == nil {
-			a.log.Info("node registered")
+		// Registered with its labels, taints and status in one write.
+		if _, err := a.api.Create(ctx, a.newNode(), opts); err != nil {
+			return fmt.Errorf("nodeagent: register node %s: %w", a.cfg.NodeName, err)
 		}
+		a.log.Info("node registered")
+		a.nodeMetaDone = true
+		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("nodeagent: register node %s: %w", a.cfg.NodeName, err)
+		return fmt.Errorf("nodeagent: get node %s: %w", a.cfg.NodeName, err)
 	}
 	node, ok := obj.(*corev1.Node)
 	if !ok {
