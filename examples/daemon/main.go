@@ -16,7 +16,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -25,13 +27,16 @@ import (
 )
 
 func main() {
-	if err := run(os.Args[1:]); err != nil {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "daemon:", err)
 		os.Exit(1)
 	}
 }
 
-func run(args []string) error {
+// run serves and logs to out until ctx ends, then shuts down cleanly.
+func run(ctx context.Context, args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("daemon", flag.ContinueOnError)
 	defVersion := os.Getenv("DAEMON_VERSION")
 	if defVersion == "" {
@@ -47,10 +52,7 @@ func run(args []string) error {
 	if node == "" {
 		node, _ = os.Hostname()
 	}
-	log := slog.New(slog.NewTextHandler(os.Stdout, nil)).With("node", node, "version", *version)
-
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
+	log := slog.New(slog.NewTextHandler(out, nil)).With("node", node, "version", *version)
 
 	start := time.Now()
 	mux := http.NewServeMux()
@@ -63,10 +65,14 @@ func run(args []string) error {
 	mux.HandleFunc("GET /version", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintln(w, *version)
 	})
-	srv := &http.Server{Addr: *listen, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	errc := make(chan error, 1)
-	go func() { errc <- srv.ListenAndServe() }()
-	log.Info("started", "listen", *listen)
+	go func() { errc <- srv.Serve(ln) }()
+	log.Info("started", "listen", ln.Addr().String())
 
 	tick := time.NewTicker(*every)
 	defer tick.Stop()
