@@ -620,10 +620,22 @@ type rolloutWatcher struct {
 	worstPods      string
 	polls          int
 	errs           []error
+
+	// dsName, when set, is also read each poll: the lowest
+	// status.numberAvailable and any desiredNumberScheduled other than
+	// len(nodes) are recorded.
+	dsName       string
+	minAvailable int32
+	badDesired   []int32
 }
 
 func (c *cluster) watchRollout(selector string, nodes []string) *rolloutWatcher {
-	w := &rolloutWatcher{stop: make(chan struct{}), done: make(chan struct{})}
+	return c.watchRolloutStatus(selector, nodes, "")
+}
+
+// watchRolloutStatus is watchRollout that also follows dsName's status.
+func (c *cluster) watchRolloutStatus(selector string, nodes []string, dsName string) *rolloutWatcher {
+	w := &rolloutWatcher{stop: make(chan struct{}), done: make(chan struct{}), dsName: dsName, minAvailable: int32(len(nodes))}
 	go func() {
 		defer close(w.done)
 		for {
@@ -631,6 +643,18 @@ func (c *cluster) watchRollout(selector string, nodes []string) *rolloutWatcher 
 			case <-w.stop:
 				return
 			default:
+			}
+			if dsName != "" {
+				obj, err := c.admin.Get(c.ctx, resources.DaemonSets, ns, dsName)
+				if err == nil {
+					st := obj.(*appsv1.DaemonSet).Status
+					w.mu.Lock()
+					w.minAvailable = min(w.minAvailable, st.NumberAvailable)
+					if st.DesiredNumberScheduled != int32(len(nodes)) {
+						w.badDesired = append(w.badDesired, st.DesiredNumberScheduled)
+					}
+					w.mu.Unlock()
+				}
 			}
 			pods, err := c.pods(selector)
 			w.mu.Lock()
@@ -669,6 +693,13 @@ func (c *cluster) watchRollout(selector string, nodes []string) *rolloutWatcher 
 	return w
 }
 
+// lowestAvailable is the lowest status.numberAvailable seen (after finish).
+func (w *rolloutWatcher) lowestAvailable() int32 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.minAvailable
+}
+
 // finish stops polling and returns the figures.
 func (w *rolloutWatcher) finish(t testing.TB) (maxWithout, maxPods, polls int) {
 	t.Helper()
@@ -681,6 +712,12 @@ func (w *rolloutWatcher) finish(t testing.TB) (maxWithout, maxPods, polls int) {
 	}
 	t.Logf("rollout watcher: %d polls; max nodes without a ready pod %d (%s); max pods on a node %d (%s)",
 		w.polls, w.maxNodesWithoutReady, w.worstWithoutReady, w.maxPodsOnANode, w.worstPods)
+	if w.dsName != "" {
+		t.Logf("rollout watcher: %s status: lowest numberAvailable %d", w.dsName, w.minAvailable)
+		if len(w.badDesired) > 0 {
+			t.Errorf("rollout watcher: %s desiredNumberScheduled seen as %v during the rollout", w.dsName, w.badDesired)
+		}
+	}
 	return w.maxNodesWithoutReady, w.maxPodsOnANode, w.polls
 }
 

@@ -54,7 +54,7 @@ func TestRollingUpdateMaxUnavailable(t *testing.T) {
 	ds.Spec.UpdateStrategy = appsv1.DaemonSetUpdateStrategy{Type: appsv1.RollingUpdateDaemonSetStrategyType, RollingUpdate: maxUnavailable(1)}
 	before, oldHash := c.startDS(ds, n)
 
-	w := c.watchRollout("app=agent", nodeNames(n))
+	w := c.watchRolloutStatus("app=agent", nodeNames(n), "agent")
 	c.updateDS("agent", func(ds *appsv1.DaemonSet) { ds.Spec.Template.Spec.Containers[0].Image = imageV2 })
 	cur := c.currentRevision("agent", "app=agent")
 	if cur.Labels[hashLabel] == oldHash || cur.Revision != 2 {
@@ -67,6 +67,9 @@ func TestRollingUpdateMaxUnavailable(t *testing.T) {
 	}
 	if maxPods > 1 {
 		t.Errorf("up to %d pods on one node; without surge a node never has two", maxPods)
+	}
+	if low := w.lowestAvailable(); low < n-1 {
+		t.Errorf("status.numberAvailable went down to %d; maxUnavailable=1 allows %d", low, n-1)
 	}
 	for node, p := range after {
 		if p.UID == before[node].UID || p.Spec.Containers[0].Image != imageV2 {
@@ -87,7 +90,7 @@ func TestRollingUpdateMaxSurge(t *testing.T) {
 		RollingUpdate: &appsv1.RollingUpdateDaemonSet{MaxSurge: &surge, MaxUnavailable: &zero}}
 	before, oldHash := c.startDS(ds, n)
 
-	w := c.watchRollout("app=agent", nodeNames(n))
+	w := c.watchRolloutStatus("app=agent", nodeNames(n), "agent")
 	c.updateDS("agent", func(ds *appsv1.DaemonSet) {
 		ds.Spec.Template.Annotations = map[string]string{"kubectl.kubernetes.io/restartedAt": time.Now().Format(time.RFC3339)}
 	})
@@ -102,6 +105,14 @@ func TestRollingUpdateMaxSurge(t *testing.T) {
 	}
 	if maxPods > 2 {
 		t.Errorf("up to %d pods on one node, want at most 2", maxPods)
+	}
+	// status.numberAvailable looks at the oldest pod of each node, which is
+	// the old pod until it is gone: once its agent has stopped it (Ready
+	// false) and before the object is removed, the node counts as
+	// unavailable although its new pod is ready — as in Kubernetes. So the
+	// status may dip by one node at a time, the pods never do.
+	if low := w.lowestAvailable(); low < n-1 {
+		t.Errorf("status.numberAvailable went down to %d", low)
 	}
 	if maxPods < 2 {
 		t.Logf("the poller never saw the surge pod next to the old one (rollout too quick to observe)")
