@@ -234,6 +234,54 @@ spec:
           operator: Exists
 `
 
+// fluentdManifest is shared/manifests/fluentd-elasticsearch.yaml (resources,
+// volumes, tolerations; namespace kube-system).
+const fluentdManifest = `apiVersion: apps/v1
+kind: DaemonSet
+metadata:
+  name: fluentd-elasticsearch
+  namespace: kube-system
+  labels:
+    k8s-app: fluentd-logging
+spec:
+  selector:
+    matchLabels:
+      name: fluentd-elasticsearch
+  template:
+    metadata:
+      labels:
+        name: fluentd-elasticsearch
+    spec:
+      tolerations:
+      # this toleration is to have the daemonset runnable on master nodes
+      # remove it if your masters can't run pods
+      - key: node-role.kubernetes.io/master
+        effect: NoSchedule
+      containers:
+      - name: fluentd-elasticsearch
+        image: fluent/fluentd-kubernetes-daemonset:v1.7.1-debian-syslog-1.0
+        resources:
+          limits:
+            memory: 200Mi
+          requests:
+            cpu: 100m
+            memory: 200Mi
+        volumeMounts:
+        - name: varlog
+          mountPath: /var/log
+        - name: varlibdockercontainers
+          mountPath: /var/lib/docker/containers
+          readOnly: true
+      terminationGracePeriodSeconds: 30
+      volumes:
+      - name: varlog
+        hostPath:
+          path: /var/log
+      - name: varlibdockercontainers
+        hostPath:
+          path: /var/lib/docker/containers
+`
+
 func (k *kubectlEnv) createDS(ns, name, image string, extraLabels ...string) *appsv1.DaemonSet {
 	k.t.Helper()
 	ds := newDS(name)
@@ -444,6 +492,23 @@ func TestKubectlApply(t *testing.T) {
 		t.Fatalf("forced apply image %s", img)
 	}
 
+	// The other tutorial manifest, client-side then server-side, each twice.
+	fluentd := writeFile(t, "fluentd.yaml", fluentdManifest)
+	wantContains(t, k.ok("apply", "-f", fluentd), "daemonset.apps/fluentd-elasticsearch created")
+	wantContains(t, k.ok("apply", "-f", fluentd), "daemonset.apps/fluentd-elasticsearch unchanged")
+	wantContains(t, k.ok("apply", "--server-side", "-f", fluentd), "daemonset.apps/fluentd-elasticsearch serverside-applied")
+	rv = k.ds("kube-system", "fluentd-elasticsearch").ResourceVersion
+	k.ok("apply", "--server-side", "-f", fluentd)
+	fl := k.ds("kube-system", "fluentd-elasticsearch")
+	if fl.ResourceVersion != rv || fl.Spec.Template.Spec.Containers[0].Resources.Limits.Memory().String() != "200Mi" {
+		t.Fatalf("fluentd after two server-side applies: rv %s → %s, limits %v", rv, fl.ResourceVersion, fl.Spec.Template.Spec.Containers[0].Resources.Limits)
+	}
+	// --dry-run=server changes nothing.
+	k.ok("apply", "--server-side", "--dry-run=server", "-f", writeFile(t, "dry.yaml", strings.Replace(fluentdManifest, "200Mi", "300Mi", -1)))
+	if got := k.ds("kube-system", "fluentd-elasticsearch").ResourceVersion; got != rv {
+		t.Fatalf("server dry run wrote")
+	}
+
 	// create: 201, then 409.
 	created := writeFile(t, "created.yaml", dsManifest("created", "busybox:1.36"))
 	wantContains(t, k.ok("create", "-f", created), "daemonset.apps/created created")
@@ -486,6 +551,10 @@ func TestKubectlModify(t *testing.T) {
 		t.Fatalf("json patch image %s", img)
 	}
 	wantContains(t, k.ok("patch", "ds", "agent", "--type=json", "-p", jp), "daemonset.apps/agent patched (no change)")
+	k.ok("patch", "ds", "agent", "--dry-run=server", "--type=merge", "-p", `{"metadata":{"labels":{"dry":"1"}}}`)
+	if _, ok := k.ds("default", "agent").Labels["dry"]; ok {
+		t.Fatal("patch --dry-run=server wrote")
+	}
 
 	// label and annotate, set and removed.
 	k.ok("label", "ds", "agent", "tier=edge")
