@@ -164,11 +164,11 @@ func TestOfflineCrashedContainerRestarted(t *testing.T) {
 		s, ok := o.apiStatus("crashy")
 		return ok && s.RestartCount >= 1 && s.State.Running != nil
 	})
-	s, _ := o.apiStatus("crashy")
-	r := o.running("crashy")
-	if len(r) != 1 || s.ContainerID != "fake://"+r[0].ID {
-		t.Errorf("status %+v does not show the running container %+v", s, r)
-	}
+	eventually(t, "the status showing the running container", func() bool {
+		s, _ := o.apiStatus("crashy")
+		r := o.running("crashy")
+		return len(r) == 1 && s.ContainerID == "fake://"+r[0].ID
+	})
 }
 
 func TestOfflineAgentRestartAndReconnect(t *testing.T) {
