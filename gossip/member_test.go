@@ -283,3 +283,18 @@ func BenchmarkDetectionLAN(b *testing.B) {
 		})
 	}
 }
+
+func TestLeaveAlone(t *testing.T) {
+	checkGoroutines(t)
+	m := startMember(t, testConfig("solo", ProfileLAN))
+	start := time.Now()
+	if err := m.Leave(10 * time.Second); err != nil {
+		t.Fatalf("Leave: %v", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("Leave with nobody to tell took %v, want immediate", d)
+	}
+	if mi, _ := stateOf(m, "solo"); mi.State != Left {
+		t.Errorf("solo sees itself %v, want left", mi.State)
+	}
+}
