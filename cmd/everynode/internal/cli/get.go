@@ -175,6 +175,11 @@ func (c *GetCommand) printObjects(w io.Writer, table *tablePrinter, objs []clien
 		}
 		return nil
 	case "json", "yaml":
+		// Like kubectl without --show-managed-fields: the server's
+		// managedFields bookkeeping is not shown.
+		for _, o := range objs {
+			o.SetManagedFields(nil)
+		}
 		var v any = listOf(objs)
 		if single && len(objs) == 1 {
 			v = objs[0]
