@@ -729,7 +729,7 @@ func (c *cluster) deletePod(name string) {
 	}
 }
 
-// podGone reports nil once no pod with uid exists.
+// podGone reports nil once no pod name with uid (any uid if empty) exists.
 func (c *cluster) podGone(name string, uid types.UID) error {
 	obj, err := c.admin.Get(c.ctx, resources.Pods, ns, name)
 	if apierrors.IsNotFound(err) {
@@ -738,7 +738,7 @@ func (c *cluster) podGone(name string, uid types.UID) error {
 	if err != nil {
 		return err
 	}
-	if obj.GetUID() != uid {
+	if uid != "" && obj.GetUID() != uid {
 		return nil
 	}
 	return fmt.Errorf("pod %s (%s) still exists", name, uid)
