@@ -412,6 +412,11 @@ func TestKubectlGet(t *testing.T) {
 		"NAME CONTROLLER REVISION", "agent-1 daemonset.apps/agent 1")
 	wantRows(t, noAge(k.ok("get", "ns", "default")), "NAME STATUS", "default Active")
 	wantContains(t, k.ok("get", "all"), "pod/agent-x", "daemonset.apps/agent")
+	// --sort-by asks for includeObject=Object; -L reads the row metadata.
+	wantRows(t, noAge(k.ok("get", "ds", "-A", "--sort-by=.spec.template.spec.containers[0].image", "-L", "app")),
+		"NAMESPACE NAME DESIRED CURRENT READY UP-TO-DATE AVAILABLE NODE SELECTOR APP",
+		"default agent 0 0 0 0 0 <none> agent",
+		"kube-system edge 0 0 0 0 0 <none> edge")
 
 	yml := k.ok("get", "ds", "agent", "-o", "yaml")
 	wantContains(t, yml, "apiVersion: apps/v1", "kind: DaemonSet", "image: busybox:1.36", "uid: "+string(ds.UID))
