@@ -12,11 +12,11 @@ import (
 	"github.com/everynode/everynode/resources"
 )
 
-// TestCreate: a DaemonSet on 5 nodes gets exactly one bound, Running and
+// TestCreate: a DaemonSet on 10 nodes gets exactly one bound, Running and
 // Ready pod per node, shaped as §2.7 says, and a status with every counter
 // right; one ControllerRevision (revision 1) is its history.
 func TestCreate(t *testing.T) {
-	const n = 5
+	const n = 10
 	c := newCluster(t, n)
 	ds := c.createDS(newDaemonSet("agent"))
 

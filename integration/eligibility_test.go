@@ -12,9 +12,10 @@ import (
 	"github.com/everynode/everynode/resources"
 )
 
-// TestNodeLabels: a nodeSelector DaemonSet follows label changes on Nodes
-// (as `kubectl label node`): a newly matching node gets a pod, a node that
-// stops matching loses it, other pods are untouched.
+// TestNodeLabels: a nodeSelector DaemonSet, and one with the same rule as
+// required node affinity, follow label changes on Nodes (as `kubectl label
+// node`): a newly matching node gets a pod, a node that stops matching loses
+// it, other pods are untouched.
 func TestNodeLabels(t *testing.T) {
 	c := newCluster(t, 4)
 	c.patchNode("node-0", map[string]any{"metadata": map[string]any{"labels": map[string]string{"role": "edge"}}})
@@ -22,22 +23,39 @@ func TestNodeLabels(t *testing.T) {
 	ds := newDaemonSet("edge")
 	ds.Spec.Template.Spec.NodeSelector = map[string]string{"role": "edge"}
 	c.createDS(ds)
+	affine := newDaemonSet("affine")
+	affine.Spec.Template.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+		RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+			MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "role", Operator: corev1.NodeSelectorOpIn, Values: []string{"edge"}}},
+		}}},
+	}}
+	c.createDS(affine)
+	// both checks the two DaemonSets' pods are on exactly nodes.
+	both := func(nodes ...string) error {
+		if _, err := c.onePodPerNode("app=affine", nodes, ""); err != nil {
+			return err
+		}
+		_, err := c.onePodPerNode("app=edge", nodes, "")
+		return err
+	}
 
 	var first map[string]*corev1.Pod
 	eventually(t, waitLong, func() (err error) {
+		if err := both("node-0", "node-1"); err != nil {
+			return err
+		}
 		first, err = c.onePodPerNode("app=edge", []string{"node-0", "node-1"}, "")
 		return err
 	})
 	c.waitStatus("edge", counts{desired: 2, current: 2, ready: 2, updated: 2, available: 2})
+	c.waitStatus("affine", counts{desired: 2, current: 2, ready: 2, updated: 2, available: 2})
 
 	t.Run("label added", func(t *testing.T) {
 		c := c.sub(t)
 		c.patchNode("node-2", map[string]any{"metadata": map[string]any{"labels": map[string]string{"role": "edge"}}})
-		eventually(t, waitLong, func() error {
-			_, err := c.onePodPerNode("app=edge", []string{"node-0", "node-1", "node-2"}, "")
-			return err
-		})
+		eventually(t, waitLong, func() error { return both("node-0", "node-1", "node-2") })
 		c.waitStatus("edge", counts{desired: 3, current: 3, ready: 3, updated: 3, available: 3})
+		c.waitStatus("affine", counts{desired: 3, current: 3, ready: 3, updated: 3, available: 3})
 	})
 	t.Run("label removed", func(t *testing.T) {
 		c := c.sub(t)
@@ -45,6 +63,9 @@ func TestNodeLabels(t *testing.T) {
 		eventually(t, waitLong, func() error { return c.podGone(first["node-0"].Name, first["node-0"].UID) })
 		var now map[string]*corev1.Pod
 		eventually(t, waitLong, func() (err error) {
+			if err := both("node-1", "node-2"); err != nil {
+				return err
+			}
 			now, err = c.onePodPerNode("app=edge", []string{"node-1", "node-2"}, "")
 			return err
 		})
@@ -52,6 +73,7 @@ func TestNodeLabels(t *testing.T) {
 			t.Errorf("pod on node-1 was replaced")
 		}
 		c.waitStatus("edge", counts{desired: 2, current: 2, ready: 2, updated: 2, available: 2})
+		c.waitStatus("affine", counts{desired: 2, current: 2, ready: 2, updated: 2, available: 2})
 	})
 }
 
