@@ -251,3 +251,41 @@ func sameUIDs(want, got map[string]types.UID) error {
 	}
 	return nil
 }
+
+// TestMinReadySeconds: with minReadySeconds 1 a ready pod counts as
+// available only a second after it became ready, in the status and in the
+// rolling update budget: a maxUnavailable=1 rollout over 3 nodes cannot
+// finish before two new pods have each been ready for a second.
+func TestMinReadySeconds(t *testing.T) {
+	const n = 3
+	c := newCluster(t, n)
+	ds := newDaemonSet("agent")
+	ds.Spec.MinReadySeconds = 1
+	ds.Spec.UpdateStrategy = appsv1.DaemonSetUpdateStrategy{Type: appsv1.RollingUpdateDaemonSetStrategyType, RollingUpdate: maxUnavailable(1)}
+	c.createDS(ds)
+	sawReadyNotAvailable := false
+	eventually(t, waitLong, func() error {
+		st := c.getDS("agent").Status
+		if st.NumberReady > st.NumberAvailable {
+			sawReadyNotAvailable = true
+		}
+		if st.NumberAvailable != n || st.NumberReady != n {
+			return fmt.Errorf("ready %d available %d", st.NumberReady, st.NumberAvailable)
+		}
+		return nil
+	})
+	if !sawReadyNotAvailable {
+		t.Errorf("status never showed ready pods that were not yet available")
+	}
+	c.waitStatus("agent", counts{desired: n, current: n, ready: n, updated: n, available: n})
+
+	start := time.Now()
+	c.updateDS("agent", func(ds *appsv1.DaemonSet) { ds.Spec.Template.Spec.Containers[0].Image = imageV2 })
+	cur := c.currentRevision("agent", "app=agent")
+	c.waitRolledOut("agent", n, cur.Labels[hashLabel])
+	took := time.Since(start)
+	t.Logf("rollout of %d nodes with minReadySeconds 1 took %s", n, took)
+	if took < 2*time.Second {
+		t.Errorf("rollout took %s; with minReadySeconds 1 it needs at least 2s", took)
+	}
+}
