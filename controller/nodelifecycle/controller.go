@@ -50,7 +50,8 @@ type Config struct {
 	Clock clock.WithTicker
 	// ReconcileInterval: full re-check of every node; 0 means DefaultReconcileInterval.
 	ReconcileInterval time.Duration
-	// GracePeriod for nodes membership does not know yet; 0 means DefaultGracePeriod.
+	// GracePeriod for nodes membership does not know yet, counted from the
+	// Node's creation or from Run, whichever is later; 0 means DefaultGracePeriod.
 	GracePeriod time.Duration
 }
 
@@ -65,6 +66,9 @@ type Controller struct {
 	clock     clock.WithTicker
 	reconcile time.Duration
 	grace     time.Duration
+	// started is when Run began: the grace for nodes membership does not
+	// know runs from it too. Set by Run before any worker starts.
+	started time.Time
 
 	informers []cache.SharedIndexInformer
 	nodeStore cache.Indexer
@@ -157,6 +161,7 @@ func (c *Controller) enqueueAll() {
 // membership loop (hints plus a ReconcileInterval ticker), and blocks until
 // ctx ends; it returns after every goroutine it started has stopped.
 func (c *Controller) Run(ctx context.Context, workers int) error {
+	c.started = c.clock.Now()
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer c.queue.ShutDown()
@@ -237,7 +242,7 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 			break
 		}
 	}
-	if cond, changed := desiredReady(node, member, known, now, c.grace); changed {
+	if cond, changed := desiredReady(node, member, known, now, c.grace, c.started); changed {
 		toUpdate := node.DeepCopy()
 		setCondition(toUpdate, cond)
 		o, err := c.client.UpdateStatus(ctx, toUpdate, client.WriteOptions{})

@@ -6,6 +6,10 @@ type Member struct {
 	Name string
 	// Alive is false once failure detection declared the member dead or it left.
 	Alive bool
+	// Left is true when the member announced a graceful departure (its agent
+	// was stopped on purpose): the Node goes Ready=False rather than Unknown.
+	// Only meaningful when Alive is false.
+	Left bool
 }
 
 // Membership tells the controller which nodes are alive. The agent side

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -60,6 +61,12 @@ func node(name string, created time.Time, ready corev1.ConditionStatus, taints .
 	return n
 }
 
+func nodeWithReason(name string, created time.Time, ready corev1.ConditionStatus, reason string) *corev1.Node {
+	n := node(name, created, ready)
+	n.Status.Conditions[0].Reason = reason
+	return n
+}
+
 func TestDesiredReady(t *testing.T) {
 	now := t0.Add(time.Hour)
 	grace := 40 * time.Second
@@ -71,20 +78,29 @@ func TestDesiredReady(t *testing.T) {
 		want    corev1.ConditionStatus
 		changed bool
 	}{
-		{"alive, no condition", node("n", t0, ""), Member{"n", true}, true, corev1.ConditionTrue, true},
-		{"alive, already ready", node("n", t0, corev1.ConditionTrue), Member{"n", true}, true, corev1.ConditionTrue, false},
-		{"alive, was unknown", node("n", t0, corev1.ConditionUnknown), Member{"n", true}, true, corev1.ConditionTrue, true},
-		{"alive, node says not ready", node("n", t0, corev1.ConditionFalse), Member{"n", true}, true, corev1.ConditionFalse, false},
-		{"dead", node("n", t0, corev1.ConditionTrue), Member{"n", false}, true, corev1.ConditionUnknown, true},
-		{"dead, node said not ready", node("n", t0, corev1.ConditionFalse), Member{"n", false}, true, corev1.ConditionUnknown, true},
-		{"dead, already unknown", node("n", t0, corev1.ConditionUnknown), Member{"n", false}, true, corev1.ConditionUnknown, false},
+		{"alive, no condition", node("n", t0, ""), Member{Name: "n", Alive: true}, true, corev1.ConditionTrue, true},
+		{"alive, already ready", node("n", t0, corev1.ConditionTrue), Member{Name: "n", Alive: true}, true, corev1.ConditionTrue, false},
+		{"alive, was unknown", node("n", t0, corev1.ConditionUnknown), Member{Name: "n", Alive: true}, true, corev1.ConditionTrue, true},
+		{"alive, node says not ready", node("n", t0, corev1.ConditionFalse), Member{Name: "n", Alive: true}, true, corev1.ConditionFalse, false},
+		{"dead", node("n", t0, corev1.ConditionTrue), Member{Name: "n", Alive: false}, true, corev1.ConditionUnknown, true},
+		{"dead, node said not ready", node("n", t0, corev1.ConditionFalse), Member{Name: "n", Alive: false}, true, corev1.ConditionUnknown, true},
+		{"dead, already unknown", node("n", t0, corev1.ConditionUnknown), Member{Name: "n", Alive: false}, true, corev1.ConditionUnknown, false},
 		{"unknown to membership, old node", node("n", t0, corev1.ConditionTrue), Member{}, false, corev1.ConditionUnknown, true},
 		{"unknown to membership, new node in grace", node("n", now.Add(-10*time.Second), corev1.ConditionTrue), Member{}, false, corev1.ConditionTrue, false},
 		{"unknown, new node without condition", node("n", now.Add(-10*time.Second), ""), Member{}, false, "", false},
+		{"unknown to membership, old node, controller just started", node("n", t0, corev1.ConditionTrue), Member{}, false, corev1.ConditionTrue, false},
+		{"left", node("n", t0, corev1.ConditionTrue), Member{Name: "n", Left: true}, true, corev1.ConditionFalse, true},
+		{"left, node said not ready itself", node("n", t0, corev1.ConditionFalse), Member{Name: "n", Left: true}, true, corev1.ConditionFalse, true},
+		{"left, already marked", nodeWithReason("n", t0, corev1.ConditionFalse, ReasonMemberLeft), Member{Name: "n", Left: true}, true, corev1.ConditionFalse, false},
+		{"back after leaving", nodeWithReason("n", t0, corev1.ConditionFalse, ReasonMemberLeft), Member{Name: "n", Alive: true}, true, corev1.ConditionTrue, true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			cond, changed := desiredReady(c.node, c.member, c.known, now, grace)
+			started := time.Time{}
+			if strings.Contains(c.name, "controller just started") {
+				started = now.Add(-grace / 2)
+			}
+			cond, changed := desiredReady(c.node, c.member, c.known, now, grace, started)
 			if cond.Status != c.want || changed != c.changed {
 				t.Errorf("got %s changed=%t, want %s %t", cond.Status, changed, c.want, c.changed)
 			}
@@ -259,7 +275,7 @@ func TestSyncUnreachableNodeEvicts(t *testing.T) {
 		{Key: TaintUnreachable, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute},
 	}
 	fiveMin := corev1.Toleration{Key: TaintUnreachable, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: secs(300)}
-	members := newFakeMembership(Member{"n1", false}, Member{"n2", true})
+	members := newFakeMembership(Member{Name: "n1", Alive: false}, Member{Name: "n2", Alive: true})
 	h := newHarness(t, members,
 		node("n1", t0, corev1.ConditionTrue), node("n2", t0, corev1.ConditionTrue),
 		pod("daemon", "n1", true, daemonTol...), pod("plain", "n1", true), pod("patient", "n1", true, fiveMin),
@@ -315,7 +331,7 @@ func TestSyncUnreachableNodeEvicts(t *testing.T) {
 	}
 
 	// The node comes back: Ready, taint removed.
-	members.set(Member{"n1", true}, Member{"n2", true})
+	members.set(Member{Name: "n1", Alive: true}, Member{Name: "n2", Alive: true})
 	h.refresh(t)
 	if err := h.c.sync(ctx, "n1"); err != nil {
 		t.Fatal(err)
@@ -327,7 +343,7 @@ func TestSyncUnreachableNodeEvicts(t *testing.T) {
 }
 
 func TestSyncNotReadyNodeKeepsAgentVerdict(t *testing.T) {
-	h := newHarness(t, newFakeMembership(Member{"n1", true}), node("n1", t0, corev1.ConditionFalse), pod("plain", "n1", true))
+	h := newHarness(t, newFakeMembership(Member{Name: "n1", Alive: true}), node("n1", t0, corev1.ConditionFalse), pod("plain", "n1", true))
 	if err := h.c.sync(context.Background(), "n1"); err != nil {
 		t.Fatal(err)
 	}
@@ -354,7 +370,7 @@ func TestSyncConflictRetries(t *testing.T) {
 
 func TestRunWithFakeMembership(t *testing.T) {
 	before := runtime.NumGoroutine()
-	members := newFakeMembership(Member{"n1", true})
+	members := newFakeMembership(Member{Name: "n1", Alive: true})
 	fc := fake.New(node("n1", t0, ""), pod("plain", "n1", true))
 	c, err := New(Config{Client: fc, Membership: members, ReconcileInterval: time.Hour})
 	if err != nil {
@@ -381,7 +397,7 @@ func TestRunWithFakeMembership(t *testing.T) {
 		}
 	}
 	waitFor("node ready", ready(corev1.ConditionTrue))
-	members.set(Member{"n1", false}) // the hint, not the hour-long ticker, triggers the check
+	members.set(Member{Name: "n1", Alive: false}) // the hint, not the hour-long ticker, triggers the check
 	waitFor("node unknown", ready(corev1.ConditionUnknown))
 	waitFor("eviction", func() bool {
 		_, err := fc.Get(context.Background(), resources.Pods, "default", "plain")

@@ -17,6 +17,8 @@ const (
 const (
 	ReasonMemberAlive   = "MemberAlive"
 	ReasonStatusUnknown = "NodeStatusUnknown"
+	// ReasonMemberLeft: the node's agent stopped gracefully (Ready=False).
+	ReasonMemberLeft = "MemberLeft"
 )
 
 func readyCondition(node *corev1.Node) *corev1.NodeCondition {
@@ -31,20 +33,31 @@ func readyCondition(node *corev1.Node) *corev1.NodeCondition {
 // desiredReady returns the Ready condition membership implies for node and
 // whether it differs from the current one:
 //   - a live member is Ready=True, unless the node itself reported
-//     Ready=False (its agent knows better than gossip);
+//     Ready=False (its agent knows better than gossip; a False this
+//     controller wrote because the member had left does not count);
+//   - a member that left gracefully is Ready=False (reason MemberLeft);
 //   - a member that is not alive, or a node membership has not known for
-//     longer than grace since its creation, is Ready=Unknown;
-//   - a node younger than grace and unknown to membership is left alone.
-func desiredReady(node *corev1.Node, m Member, known bool, now time.Time, grace time.Duration) (corev1.NodeCondition, bool) {
+//     longer than grace since its creation or since started (when this
+//     controller began: members need time to rejoin a restarted server), is
+//     Ready=Unknown;
+//   - a node unknown to membership within that grace is left alone.
+func desiredReady(node *corev1.Node, m Member, known bool, now time.Time, grace time.Duration, started time.Time) (corev1.NodeCondition, bool) {
 	cur := readyCondition(node)
 	want := corev1.NodeCondition{Type: corev1.NodeReady}
+	since := node.CreationTimestamp.Time
+	if started.After(since) {
+		since = started
+	}
 	switch {
 	case known && m.Alive:
-		if cur != nil && cur.Status == corev1.ConditionFalse {
+		if cur != nil && cur.Status == corev1.ConditionFalse && cur.Reason != ReasonMemberLeft {
 			return *cur, false
 		}
 		want.Status, want.Reason, want.Message = corev1.ConditionTrue, ReasonMemberAlive, "node is a live member of the cluster"
-	case !known && now.Sub(node.CreationTimestamp.Time) < grace:
+	case known && m.Left:
+		want.Status, want.Reason = corev1.ConditionFalse, ReasonMemberLeft
+		want.Message = "node's agent stopped gracefully (left the cluster)"
+	case !known && now.Sub(since) < grace:
 		if cur == nil {
 			return corev1.NodeCondition{}, false
 		}
@@ -56,7 +69,7 @@ func desiredReady(node *corev1.Node, m Member, known bool, now time.Time, grace 
 			want.Message = "node is unknown to the cluster membership"
 		}
 	}
-	if cur != nil && cur.Status == want.Status {
+	if cur != nil && cur.Status == want.Status && (want.Status != corev1.ConditionFalse || cur.Reason == want.Reason) {
 		return *cur, false
 	}
 	t := metav1.NewTime(now)
