@@ -98,6 +98,11 @@ func (s *Server) serveOpenAPIDoc(w http.ResponseWriter, req *http.Request) {
 		s.writeError(w, req, errNotFoundPath(req))
 		return
 	}
+	if req.URL.Query().Get("hash") != "" {
+		// The root names each document by its content hash, so a hashed URL
+		// never changes: clients (kubectl's HTTP cache) may keep it.
+		w.Header().Set("Cache-Control", "public, immutable")
+	}
 	writeRaw(w, doc)
 }
 
