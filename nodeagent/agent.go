@@ -88,8 +88,12 @@ type Config struct {
 	// run, containers are labelled with it. Required.
 	NodeName string
 	// NodeIP is reported as the pods' hostIP (and podIP with host
-	// networking); may be empty.
+	// networking) and as the Node's InternalIP address; may be empty.
 	NodeIP string
+	// LogPort is the port of the agent's log endpoint (ServeLogs), published
+	// in the Node's status.daemonEndpoints.kubeletEndpoint.Port so the API
+	// server can proxy pod logs; 0 publishes none.
+	LogPort int32
 	// Client talks to the API: status writes, pod deletion, and the default
 	// Source's watch. Required.
 	Client client.Interface

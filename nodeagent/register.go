@@ -261,6 +261,7 @@ func (a *Agent) setNodeStatus(s *corev1.NodeStatus, now time.Time) {
 		s.Addresses = append(s.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: a.cfg.NodeIP})
 	}
 	s.Addresses = append(s.Addresses, corev1.NodeAddress{Type: corev1.NodeHostName, Address: a.cfg.NodeName})
+	s.DaemonEndpoints.KubeletEndpoint.Port = a.cfg.LogPort
 	if s.Phase == "" {
 		s.Phase = corev1.NodeRunning
 	}
