@@ -14,12 +14,16 @@ import (
 	"github.com/everynode/everynode/resources"
 )
 
-// deleteDS deletes a DaemonSet with a propagation policy (nil: the default).
-func (c *cluster) deleteDS(name string, policy *metav1.DeletionPropagation) {
+// deleteDS deletes a DaemonSet with a propagation policy (nil: the
+// default) and returns what the API answered: the deleted object, or the
+// object still present when its deletion waits on finalizers.
+func (c *cluster) deleteDS(name string, policy *metav1.DeletionPropagation) *appsv1.DaemonSet {
 	c.t.Helper()
-	if _, err := c.admin.Delete(c.ctx, resources.DaemonSets, ns, name, metav1.DeleteOptions{PropagationPolicy: policy}); err != nil {
+	out, err := c.admin.Delete(c.ctx, resources.DaemonSets, ns, name, metav1.DeleteOptions{PropagationPolicy: policy})
+	if err != nil {
 		c.t.Fatalf("delete daemonset %s: %v", name, err)
 	}
+	return out.(*appsv1.DaemonSet)
 }
 
 // orphaned checks that the pods and revisions of the selector exist with no
@@ -217,8 +221,7 @@ func TestCascadingDelete(t *testing.T) {
 		c := c.sub(t)
 		c.startDS(newDaemonSet("fg"), n)
 		fg := metav1.DeletePropagationForeground
-		c.deleteDS("fg", &fg)
-		ds := c.getDS("fg")
+		ds := c.deleteDS("fg", &fg)
 		if ds.DeletionTimestamp == nil || !hasString(ds.Finalizers, metav1.FinalizerDeleteDependents) {
 			t.Fatalf("after a foreground delete: deletionTimestamp %v finalizers %v", ds.DeletionTimestamp, ds.Finalizers)
 		}
