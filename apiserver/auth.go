@@ -8,6 +8,8 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/everynode/everynode/resources"
 )
 
 // mastersGroup is the group whose members are always authorized, as in Kubernetes.
@@ -46,6 +48,9 @@ type Attributes struct {
 	Namespace string
 	// Name is the object's name ("" for list, watch and deletecollection).
 	Name string
+	// Object is the object sent with a create or update (nil for other
+	// verbs); read-only.
+	Object resources.Object
 }
 
 // Authorizer decides whether a request may proceed. A nil error allows it; an

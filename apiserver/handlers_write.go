@@ -48,6 +48,7 @@ func (s *Server) createObject(ctx context.Context, c call, obj resources.Object,
 		obj.SetName(generateName(obj.GetGenerateName()))
 	}
 	c.name = obj.GetName()
+	c.object = obj
 	if err := s.authorize(ctx, c, "create"); err != nil {
 		return nil, err
 	}
@@ -129,6 +130,7 @@ func (s *Server) updateObject(ctx context.Context, c call, obj resources.Object,
 	if err := checkNamespace(c, obj); err != nil {
 		return nil, err
 	}
+	c.object = obj
 	if err := s.authorize(ctx, c, "update"); err != nil {
 		return nil, err
 	}

@@ -81,6 +81,8 @@ type Config struct {
 	// Version is served at /version. Empty fields get everynode's defaults
 	// (major "1", minor "32", so kubectl 1.32 talks to it).
 	Version version.Info
+	// Join, when set, serves POST JoinPath (see join.go) without a token.
+	Join *JoinConfig
 }
 
 // Server is the API server. Create it with New, serve it with Run (or mount
@@ -150,7 +152,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	s.handler = s.withRecover(s.withMetrics(s.withAuthentication(s.routes())))
+	s.handler = s.withRecover(s.withMetrics(s.withJoin(cfg.Join, s.withAuthentication(s.routes()))))
 	return s, nil
 }
 
@@ -251,17 +253,18 @@ func (s *Server) EnsureNamespaces(ctx context.Context, names ...string) error {
 type call struct {
 	user      UserInfo
 	r         *resources.Resource
-	sub       string // "" or "status"
-	namespace string // "" for cluster-scoped resources and all-namespaces lists
-	name      string // "" for collection verbs
-	manager   string // field manager of a write ("" = the user's name)
-	applying  bool   // a server-side apply: managedFields come from the apply
+	sub       string           // "" or "status"
+	namespace string           // "" for cluster-scoped resources and all-namespaces lists
+	name      string           // "" for collection verbs
+	manager   string           // field manager of a write ("" = the user's name)
+	applying  bool             // a server-side apply: managedFields come from the apply
+	object    resources.Object // the request's object for create and update (authorization)
 }
 
 func (c call) attrs(verb string) Attributes {
 	return Attributes{
 		User: c.user, Verb: verb, APIGroup: c.r.Group, Resource: c.r.Name,
-		Subresource: c.sub, Namespace: c.namespace, Name: c.name,
+		Subresource: c.sub, Namespace: c.namespace, Name: c.name, Object: c.object,
 	}
 }
 
