@@ -37,6 +37,7 @@ func (s *Server) routes() *http.ServeMux {
 	for _, r := range resources.All() {
 		s.resourceRoutes(mux, r)
 	}
+	mux.Handle(podLogPath, s.adapt(resources.Pods, "log", "get", s.servePodLog))
 	mux.HandleFunc("GET /openapi/v3", s.serveOpenAPIRoot)
 	mux.HandleFunc("GET /openapi/v3/{path...}", s.serveOpenAPIDoc)
 	mux.HandleFunc("/", func(w http.ResponseWriter, req *http.Request) {

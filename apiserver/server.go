@@ -83,6 +83,9 @@ type Config struct {
 	Version version.Info
 	// Join, when set, serves POST JoinPath (see join.go) without a token.
 	Join *JoinConfig
+	// NodeCredential returns the bearer token presented to a node's agent
+	// when proxying pods/log (see podlog.go); nil: logs answer 503.
+	NodeCredential func(node string) string
 }
 
 // Server is the API server. Create it with New, serve it with Run (or mount
@@ -102,6 +105,7 @@ type Server struct {
 	openapi *openAPIStub
 	fields  *fieldManagers
 	handler http.Handler
+	podLogs *podLogs
 
 	// ctx is the server-wide context: it ends every open watch stream.
 	ctx    context.Context
@@ -151,6 +155,7 @@ func New(cfg Config) (*Server, error) {
 	if s.fields, err = newFieldManagers(oa.schemas); err != nil {
 		return nil, err
 	}
+	s.podLogs = newPodLogs(cfg.NodeCredential)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.handler = s.withRecover(s.withMetrics(s.withJoin(cfg.Join, s.withAuthentication(s.routes()))))
 	return s, nil
