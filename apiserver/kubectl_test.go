@@ -468,6 +468,15 @@ func TestKubectlApply(t *testing.T) {
 	if img := ds.Spec.Template.Spec.Containers[0].Image; img != "busybox:1.38" {
 		t.Fatalf("image after server-side apply: %s", img)
 	}
+	// kubectl's csaupgrade moved the client-side manager to "kubectl", and its
+	// follow-up apply as kubectl-last-applied owns the annotation.
+	if m := findManager(ds.ManagedFields, "kubectl-last-applied"); m == nil || m.Operation != metav1.ManagedFieldsOperationApply ||
+		!strings.Contains(string(m.FieldsV1.Raw), "last-applied-configuration") {
+		t.Errorf("no kubectl-last-applied Apply manager: %+v", ds.ManagedFields)
+	}
+	if m := findManager(ds.ManagedFields, "kubectl-client-side-apply"); m != nil {
+		t.Errorf("client-side apply manager not migrated: %s", m.FieldsV1.Raw)
+	}
 	if m := findManager(ds.ManagedFields, "kubectl"); m == nil || m.Operation != metav1.ManagedFieldsOperationApply {
 		t.Fatalf("no kubectl Apply manager: %+v", ds.ManagedFields)
 	}
