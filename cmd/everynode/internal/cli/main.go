@@ -42,6 +42,7 @@ Usage:
   everynode get KIND [NAME...]         list or show objects
   everynode describe KIND NAME         show an object in detail, with its events
   everynode delete KIND NAME...        delete objects
+  everynode logs POD [-c C] [-f]       print (or follow) a container's output
   everynode version                    print client and server versions
 
 KIND is a resource name or short name: daemonsets (ds), pods (po), nodes (no),
@@ -73,6 +74,8 @@ func (m *Main) Run(ctx context.Context, args []string, stdin io.Reader, stdout, 
 		return (&DescribeCommand{main: m}).Run(ctx, rest, std)
 	case "delete":
 		return (&DeleteCommand{main: m}).Run(ctx, rest, std)
+	case "logs":
+		return (&LogsCommand{main: m}).Run(ctx, rest, std)
 	case "version":
 		return (&VersionCommand{main: m}).Run(ctx, rest, std)
 	}
