@@ -289,3 +289,34 @@ func TestMinReadySeconds(t *testing.T) {
 		t.Errorf("rollout took %s; with minReadySeconds 1 it needs at least 2s", took)
 	}
 }
+
+// TestHistoryLimit: with revisionHistoryLimit 1 and OnDelete, three
+// template changes leave the current revision and revision 1, which the
+// running pods still use (never deleted), while unused old revisions go.
+func TestHistoryLimit(t *testing.T) {
+	const n = 3
+	c := newCluster(t, n)
+	ds := newDaemonSet("agent")
+	limit := int32(1)
+	ds.Spec.RevisionHistoryLimit = &limit
+	ds.Spec.UpdateStrategy = appsv1.DaemonSetUpdateStrategy{Type: appsv1.OnDeleteDaemonSetStrategyType}
+	_, hash1 := c.startDS(ds, n)
+	for _, image := range []string{imageV2, imageV2 + "-b", imageV2 + "-c"} {
+		c.updateDS("agent", func(ds *appsv1.DaemonSet) { ds.Spec.Template.Spec.Containers[0].Image = image })
+		c.currentRevision("agent", "app=agent")
+	}
+	eventually(t, waitLong, func() error {
+		revs := c.revisions("app=agent")
+		var got []string
+		for _, r := range revs {
+			got = append(got, fmt.Sprintf("%s#%d", r.Labels[hashLabel], r.Revision))
+		}
+		if len(revs) != 2 || revs[0].Labels[hashLabel] != hash1 || revs[0].Revision != 1 || revs[1].Revision != 4 {
+			return fmt.Errorf("revisions %v, want %s#1 (used by pods) and the current #4", got, hash1)
+		}
+		return nil
+	})
+	if _, err := c.onePodPerNode("app=agent", nodeNames(n), hash1); err != nil {
+		t.Fatal(err)
+	}
+}
