@@ -37,7 +37,9 @@ const usage = `everynode runs DaemonSets outside Kubernetes: an API server on em
 a DaemonSet controller and node agents, in one binary.
 
 Usage:
-  everynode server [flags]             start a server (API + etcd)
+  everynode server [flags]             start a server (API + etcd + controllers + a local agent)
+  everynode agent --server URL --token TOKEN [flags]
+                                       join a node to a server and run its pods
   everynode apply -f FILE|DIR|-        create or update objects from YAML/JSON
   everynode get KIND [NAME...]         list or show objects
   everynode describe KIND NAME         show an object in detail, with its events
@@ -66,6 +68,8 @@ func (m *Main) Run(ctx context.Context, args []string, stdin io.Reader, stdout, 
 		return nil
 	case "server":
 		return (&ServerCommand{}).Run(ctx, rest, std)
+	case "agent":
+		return (&AgentCommand{}).Run(ctx, rest, std)
 	case "apply":
 		return (&ApplyCommand{main: m}).Run(ctx, rest, std)
 	case "get":

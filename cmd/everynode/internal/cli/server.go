@@ -2,6 +2,8 @@ package cli
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -9,11 +11,16 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/everynode/everynode/apiserver"
 	"github.com/everynode/everynode/apiserver/pki"
 	"github.com/everynode/everynode/client"
+	"github.com/everynode/everynode/controller"
+	"github.com/everynode/everynode/controller/leader"
+	"github.com/everynode/everynode/gossip"
+	"github.com/everynode/everynode/nodeagent"
 	"github.com/everynode/everynode/store"
 )
 
@@ -40,24 +47,25 @@ var namespacesAtStart = []string{"default", "kube-system", "kube-public", "kube-
 type ServerCommand struct {
 	dataDir   string
 	listen    string
-	gossip    string
 	endpoints string
 	tlsSANs   string
 	noAgent   bool
 	logLevel  string
+	// agent holds the local agent's flags and the gossip flags.
+	agent agentFlags
 
 	level slog.Level
 }
 
 func (c *ServerCommand) parse(args []string, std IO) error {
-	fs := newFlagSet("server", "server [--data-dir DIR] [--listen ADDR] [--gossip ADDR] [--etcd-endpoints URLS] [--no-agent]", std.Out)
+	fs := newFlagSet("server", "server [--data-dir DIR] [--listen ADDR] [--gossip ADDR] [--gossip-profile lan|wan|local] [--etcd-endpoints URLS] [--no-agent] [local agent flags: --name --labels --taints --runtime ...]", std.Out)
 	fs.StringVar(&c.dataDir, "data-dir", DefaultDataDir, "directory for etcd data, certificates, tokens and admin.kubeconfig")
 	fs.StringVar(&c.listen, "listen", DefaultListen, "API address (host:port; port 0 picks a free port)")
-	fs.StringVar(&c.gossip, "gossip", "", "gossip (memberlist) address host:port")
 	fs.StringVar(&c.endpoints, "etcd-endpoints", "", "comma-separated client URLs of an external etcd; empty embeds etcd in the data dir")
 	fs.StringVar(&c.tlsSANs, "tls-san", "", "comma-separated extra host names or IPs for the serving certificate")
 	fs.BoolVar(&c.noAgent, "no-agent", false, "do not run a node agent inside the server")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	c.agent.register(fs, "gossip (memberlist) bind address host:port, UDP and TCP; agents learn it when they join; port 0 picks a free one")
 	pos, err := fs.parse(args)
 	if err != nil {
 		return err
@@ -71,15 +79,10 @@ func (c *ServerCommand) parse(args []string, std IO) error {
 	if _, _, err := net.SplitHostPort(c.listen); err != nil {
 		return usageError(fmt.Sprintf("invalid --listen %q: %v", c.listen, err), "use host:port, e.g. 127.0.0.1:6443 or :0")
 	}
-	if c.gossip != "" {
-		if _, _, err := net.SplitHostPort(c.gossip); err != nil {
-			return usageError(fmt.Sprintf("invalid --gossip %q: %v", c.gossip, err), "use host:port, e.g. 0.0.0.0:7946")
-		}
-	}
 	if c.dataDir == "" {
 		return usageError("--data-dir is empty", "give a directory")
 	}
-	return nil
+	return c.agent.check()
 }
 
 func splitList(s string) []string {
@@ -94,11 +97,22 @@ func splitList(s string) []string {
 
 // Run starts the server and blocks until ctx ends, then shuts down in order:
 //  1. load or create the cluster's key material (pki.Load),
-//  2. open the store (embedded etcd, or --etcd-endpoints),
-//  3. build the API server and make sure the standard namespaces exist,
-//  4. listen and serve over TLS,
-//  5. once /readyz answers on the real port, write admin.kubeconfig,
-//  6. on ctx end: stop the API, then close the store.
+//  2. listen on --listen (so the URL with the real port is known), start the
+//     local agent's runtime unless --no-agent,
+//  3. open the store (embedded etcd, or --etcd-endpoints),
+//  4. start the gossip member (named after the local node, or
+//     everynode-server-<host>-<random> with --no-agent),
+//  5. build the API server (node credentials restricted by NodeRestriction,
+//     POST /everynode/v1/join enabled), make sure the standard namespaces
+//     exist, serve over TLS,
+//  6. once /readyz answers on the real port, write admin.kubeconfig,
+//  7. campaign for the controllers' leadership (etcd election) and run the
+//     controllers while leading, fed by the gossip membership,
+//  8. run the local agent against the server's own URL with its node token,
+//  9. on ctx end: stop the agent, leave the gossip pool, stop the
+//     controllers, close the member, stop the API, close the store. If the
+//     embedded etcd, the API or the local agent fails, the same shutdown
+//     runs and Run returns the failure.
 func (c *ServerCommand) Run(ctx context.Context, args []string, std IO) error {
 	if err := c.parse(args, std); err != nil {
 		return err
@@ -124,6 +138,38 @@ func (c *ServerCommand) Run(ctx context.Context, args []string, std IO) error {
 	if err != nil {
 		return withFix(err, "check the data dir "+dataDir)
 	}
+	node := ""
+	if !c.noAgent {
+		if node, err = c.agent.nodeName(); err != nil {
+			return err
+		}
+	}
+
+	ln, err := net.Listen("tcp", c.listen)
+	if err != nil {
+		return withFix(fmt.Errorf("cannot listen on %s: %w", c.listen, err), "choose a free address with --listen (port 0 picks one)")
+	}
+	listening := true
+	defer func() {
+		if listening {
+			ln.Close()
+		}
+	}()
+	url := serverURL(ln.Addr(), host)
+	nodeIP := c.agent.nodeIP
+	if nodeIP == "" {
+		nodeIP = serverNodeIP(host)
+	}
+
+	var rt nodeagent.Runtime
+	if !c.noAgent {
+		r, closeRT, err := c.agent.newRuntime(ctx, node, nodeIP, log)
+		if err != nil {
+			return err
+		}
+		defer closeRT()
+		rt = r
+	}
 
 	st, err := store.Open(ctx, store.Config{DataDir: dataDir, Endpoints: splitList(c.endpoints), Logger: log})
 	if err != nil {
@@ -135,7 +181,24 @@ func (c *ServerCommand) Run(ctx context.Context, args []string, std IO) error {
 	}
 	defer st.Close()
 
-	api, err := apiserver.New(apiserver.Config{Store: st, Authenticator: cluster, Logger: log.With("component", "apiserver")})
+	memberName, meta := node, gossip.Meta{Role: gossip.RoleServer, APIAddr: url}
+	if c.noAgent {
+		memberName = "everynode-server-" + randomSuffix(hostnameOr("server"))
+	} else {
+		meta.AgentAddr = nodeIP
+	}
+	member, err := gossip.New(c.agent.gossipConfig(memberName, cluster.GossipKey(), meta, nodeIP, log))
+	if err != nil {
+		return withFix(fmt.Errorf("cannot start gossip: %w", err), "choose a free --gossip address (port 0 picks one)")
+	}
+	defer member.Close()
+
+	api, err := apiserver.New(apiserver.Config{
+		Store: st, Authenticator: cluster, Authorizer: apiserver.NewNodeRestriction(apiserver.StorePods(st)),
+		Logger: log.With("component", "apiserver"),
+		Join: &apiserver.JoinConfig{Secrets: cluster, DataDir: dataDir,
+			Seeds: func() []string { return serverSeeds(member) }, APIServer: func() string { return url }},
+	})
 	if err != nil {
 		return err
 	}
@@ -146,13 +209,10 @@ func (c *ServerCommand) Run(ctx context.Context, args []string, std IO) error {
 		}
 		return err
 	}
-	ln, err := net.Listen("tcp", c.listen)
-	if err != nil {
-		return withFix(fmt.Errorf("cannot listen on %s: %w", c.listen, err), "choose a free address with --listen (port 0 picks one)")
-	}
 	runCtx, stopAPI := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopAPI()
 	errc := make(chan error, 1)
+	listening = false // api.Run owns ln now
 	go func() { errc <- api.Run(runCtx, ln, cluster.TLSConfig()) }()
 	shutdown := func() error {
 		stopAPI()
@@ -163,7 +223,6 @@ func (c *ServerCommand) Run(ctx context.Context, args []string, std IO) error {
 		return err
 	}
 
-	url := serverURL(ln.Addr(), host)
 	if err := waitReady(ctx, url, cluster, errc); err != nil {
 		serr := shutdown()
 		if errors.Is(err, context.Canceled) {
@@ -175,26 +234,124 @@ func (c *ServerCommand) Run(ctx context.Context, args []string, std IO) error {
 		shutdown()
 		return err
 	}
-	log.Info("API ready", "url", url, "kubeconfig", kubeconfigPath)
+	log.Info("API ready", "url", url, "kubeconfig", kubeconfigPath, "gossip", member.LocalAddr())
+
+	// Controllers, under leader election, fed by gossip membership.
+	ctrlCtx, stopCtrl := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopCtrl()
+	var ctrlWG sync.WaitGroup
+	ms := newMembership(member)
+	ctrlWG.Add(2)
+	go func() {
+		defer ctrlWG.Done()
+		ms.run(ctrlCtx)
+	}()
+	identity := randomSuffix(hostnameOr("server"))
+	go func() {
+		defer ctrlWG.Done()
+		ctrlLog := log.With("component", "controller")
+		local := apiserver.NewLocalClient(api, "system:controller", pki.MastersGroup)
+		err := leader.Run(ctrlCtx, leader.Config{Client: st.Client(), Identity: identity, Logger: ctrlLog}, func(ctx context.Context) {
+			ctrlLog.Info("leading: controllers start", "identity", identity)
+			if err := controller.RunAll(ctx, controller.Config{Client: local, Membership: ms, Logger: ctrlLog}); err != nil && ctx.Err() == nil {
+				ctrlLog.Error("controllers stopped", "err", err)
+			}
+		})
+		if err != nil {
+			ctrlLog.Error("leader election", "err", err)
+		}
+	}()
+
+	// The local agent: an ordinary node credential against our own URL, so
+	// NodeRestriction applies to it as to any agent. Its liveness in gossip
+	// is the server's member, named after the node.
+	agentCtx, stopAgent := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopAgent()
+	agentErr := make(chan error, 1)
 	if c.noAgent {
 		log.Info("no local agent (--no-agent)")
 	} else {
-		log.Warn("no local agent runs yet: this build has no node agent, so the server runs as with --no-agent")
-	}
-	if c.gossip != "" {
-		log.Warn("--gossip is accepted but gossip membership is not wired into this build yet", "gossip", c.gossip)
+		h, err := client.NewHTTP(client.Config{Server: url, CAPEM: cluster.CAPEM(), Token: cluster.NodeToken(node),
+			UserAgent: "everynode-agent/" + Version(), Logger: log.With("component", "client")})
+		if err != nil {
+			stopCtrl()
+			ctrlWG.Wait()
+			shutdown()
+			return err
+		}
+		defer h.Close()
+		ar := &agentRun{flags: &c.agent, node: node, nodeIP: nodeIP, dataDir: agentDataDir(dataDir), api: h, rt: rt, log: log}
+		go func() { agentErr <- ar.run(agentCtx) }()
+		log.Info("local agent started", "node", node, "runtime", c.agent.runtime)
 	}
 	printWelcome(std, url, joinURL(ln.Addr(), host, url), dataDir, kubeconfigPath)
 
+	stopAll := func() error {
+		stopAgent()
+		if !c.noAgent {
+			if err := <-agentErr; err != nil {
+				log.Warn("local agent stopped with an error", "err", err)
+			}
+		}
+		if c.agent.leaveOnStop {
+			if err := member.Leave(leaveTimeout); err != nil {
+				log.Warn("gossip leave failed", "err", err)
+			}
+		}
+		stopCtrl()
+		ctrlWG.Wait()
+		member.Close()
+		return shutdown()
+	}
+	var failure error
 	select {
 	case <-ctx.Done():
 		log.Info("shutting down")
-		return shutdown()
+		return stopAll()
 	case err := <-errc:
 		errc <- err // shutdown reads it again
-		shutdown()
-		return fmt.Errorf("API server stopped: %w", err)
+		failure = fmt.Errorf("API server stopped: %w", err)
+	case err := <-st.Err():
+		failure = withFix(fmt.Errorf("embedded etcd stopped: %v", err), "see the log above for the cause (disk full? data dir removed?), then restart the server")
+	case err := <-agentErr:
+		if err == nil {
+			err = errors.New("it returned without being asked to stop")
+		}
+		agentErr <- nil // stopAll reads it again
+		failure = withFix(fmt.Errorf("local agent failed: %w", err), "fix the cause above, or run the server with --no-agent")
 	}
+	log.Error("shutting down after a failure", "err", failure)
+	stopAll()
+	return failure
+}
+
+// serverNodeIP is the local node's IP: the listen host when it is a
+// specific IP, else the address of the interface with the default route
+// (no packet is sent), else loopback.
+func serverNodeIP(listenHost string) string {
+	if ip := net.ParseIP(listenHost); ip != nil && !ip.IsUnspecified() {
+		return ip.String()
+	}
+	if ip := outboundIP("https://192.0.2.1:443"); ip != "" {
+		return ip
+	}
+	return "127.0.0.1"
+}
+
+// hostnameOr is the lower-cased host name, or def.
+func hostnameOr(def string) string {
+	h, err := os.Hostname()
+	if err != nil || h == "" {
+		return def
+	}
+	return strings.ToLower(h)
+}
+
+// randomSuffix appends "-" and 8 random hex digits to s.
+func randomSuffix(s string) string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return s + "-" + hex.EncodeToString(b[:])
 }
 
 // serverURL is the https URL clients use: the listener's real port, and its
