@@ -36,3 +36,6 @@ bench:
 
 clean:
 	rm -rf bin bench.out
+
+# Example images (make images) and the demo live with the examples.
+include examples/images.mk
