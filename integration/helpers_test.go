@@ -21,12 +21,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/everynode/everynode/apiserver"
 	"github.com/everynode/everynode/client"
 	"github.com/everynode/everynode/controller"
 	"github.com/everynode/everynode/controller/nodelifecycle"
 	"github.com/everynode/everynode/nodeagent"
+	"github.com/everynode/everynode/nodeagent/runtime"
 	"github.com/everynode/everynode/nodeagent/runtime/fake"
 	"github.com/everynode/everynode/resources"
 	"github.com/everynode/everynode/store"
@@ -604,11 +606,15 @@ func nodeNames(n int) []string {
 	return out
 }
 
-// rolloutWatcher polls the pods of a selector continuously (as fast as the
-// API answers) and records the worst moments of a rollout.
+// rolloutWatcher follows the pods of a selector during a rollout in two
+// ways and records the worst moments either saw: it polls (lists as fast as
+// the API answers) and it watches, re-evaluating the whole pod set after
+// every event — the watch delivers every change in etcd order, so no
+// intermediate state escapes it.
 type rolloutWatcher struct {
-	stop chan struct{}
-	done chan struct{}
+	stop  chan struct{}
+	done  sync.WaitGroup
+	nodes []string
 
 	mu sync.Mutex
 	// maxNodesWithoutReady is the largest number of nodes seen at once
@@ -618,7 +624,7 @@ type rolloutWatcher struct {
 	// maxPodsOnANode is the most pods (terminating included) seen on one node.
 	maxPodsOnANode int
 	worstPods      string
-	polls          int
+	polls, events  int
 	errs           []error
 
 	// dsName, when set, is also read each poll: the lowest
@@ -635,9 +641,64 @@ func (c *cluster) watchRollout(selector string, nodes []string) *rolloutWatcher 
 
 // watchRolloutStatus is watchRollout that also follows dsName's status.
 func (c *cluster) watchRolloutStatus(selector string, nodes []string, dsName string) *rolloutWatcher {
-	w := &rolloutWatcher{stop: make(chan struct{}), done: make(chan struct{}), dsName: dsName, minAvailable: int32(len(nodes))}
+	w := &rolloutWatcher{stop: make(chan struct{}), nodes: nodes, dsName: dsName, minAvailable: int32(len(nodes))}
+	// The watch starts from a list, before the poller, so it sees everything.
+	objs, rv, err := c.admin.List(c.ctx, resources.Pods, ns, client.ListOptions{LabelSelector: selector})
+	if err != nil {
+		c.t.Fatalf("rollout watcher: list: %v", err)
+	}
+	state := map[types.UID]*corev1.Pod{}
+	for _, o := range objs {
+		state[o.GetUID()] = o.(*corev1.Pod)
+	}
+	ctx, cancel := context.WithCancel(c.ctx)
+	wi, err := c.admin.Watch(ctx, resources.Pods, ns, client.ListOptions{LabelSelector: selector, ResourceVersion: rv})
+	if err != nil {
+		cancel()
+		c.t.Fatalf("rollout watcher: watch: %v", err)
+	}
+	w.done.Add(2)
 	go func() {
-		defer close(w.done)
+		defer w.done.Done()
+		defer cancel()
+		defer wi.Stop()
+		for {
+			select {
+			case <-w.stop:
+				return
+			case ev, ok := <-wi.ResultChan():
+				if !ok {
+					w.mu.Lock()
+					w.errs = append(w.errs, errors.New("pod watch ended early"))
+					w.mu.Unlock()
+					<-w.stop
+					return
+				}
+				p, isPod := ev.Object.(*corev1.Pod)
+				if !isPod {
+					w.mu.Lock()
+					w.errs = append(w.errs, fmt.Errorf("pod watch: %s event with %T", ev.Type, ev.Object))
+					w.mu.Unlock()
+					continue
+				}
+				if ev.Type == watch.Deleted {
+					delete(state, p.UID)
+				} else {
+					state[p.UID] = p
+				}
+				pods := make([]*corev1.Pod, 0, len(state))
+				for _, p := range state {
+					pods = append(pods, p)
+				}
+				w.mu.Lock()
+				w.events++
+				w.observe(pods)
+				w.mu.Unlock()
+			}
+		}
+	}()
+	go func() {
+		defer w.done.Done()
 		for {
 			select {
 			case <-w.stop:
@@ -660,37 +721,41 @@ func (c *cluster) watchRolloutStatus(selector string, nodes []string, dsName str
 			w.mu.Lock()
 			if err != nil {
 				w.errs = append(w.errs, err)
-				w.mu.Unlock()
-				continue
-			}
-			w.polls++
-			grouped := byNode(pods)
-			without := 0
-			var missing []string
-			for _, n := range nodes {
-				ok := false
-				for _, p := range grouped[n] {
-					if runningReady(p) {
-						ok = true
-					}
-				}
-				if !ok {
-					without++
-					missing = append(missing, n)
-				}
-				if len(grouped[n]) > w.maxPodsOnANode {
-					w.maxPodsOnANode = len(grouped[n])
-					w.worstPods = n + ": " + podNames(grouped[n])
-				}
-			}
-			if without > w.maxNodesWithoutReady {
-				w.maxNodesWithoutReady = without
-				w.worstWithoutReady = strings.Join(missing, ",")
+			} else {
+				w.polls++
+				w.observe(pods)
 			}
 			w.mu.Unlock()
 		}
 	}()
 	return w
+}
+
+// observe records the figures of one view of the pods; w.mu is held.
+func (w *rolloutWatcher) observe(pods []*corev1.Pod) {
+	grouped := byNode(pods)
+	without := 0
+	var missing []string
+	for _, n := range w.nodes {
+		ok := false
+		for _, p := range grouped[n] {
+			if runningReady(p) {
+				ok = true
+			}
+		}
+		if !ok {
+			without++
+			missing = append(missing, n)
+		}
+		if len(grouped[n]) > w.maxPodsOnANode {
+			w.maxPodsOnANode = len(grouped[n])
+			w.worstPods = n + ": " + podNames(grouped[n])
+		}
+	}
+	if without > w.maxNodesWithoutReady {
+		w.maxNodesWithoutReady = without
+		w.worstWithoutReady = strings.Join(missing, ",")
+	}
 }
 
 // lowestAvailable is the lowest status.numberAvailable seen (after finish).
@@ -704,14 +769,14 @@ func (w *rolloutWatcher) lowestAvailable() int32 {
 func (w *rolloutWatcher) finish(t testing.TB) (maxWithout, maxPods, polls int) {
 	t.Helper()
 	close(w.stop)
-	<-w.done
+	w.done.Wait()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if len(w.errs) > 0 {
 		t.Errorf("rollout watcher: %d list errors, first: %v", len(w.errs), w.errs[0])
 	}
-	t.Logf("rollout watcher: %d polls; max nodes without a ready pod %d (%s); max pods on a node %d (%s)",
-		w.polls, w.maxNodesWithoutReady, w.worstWithoutReady, w.maxPodsOnANode, w.worstPods)
+	t.Logf("rollout watcher: %d polls, %d watch events; max nodes without a ready pod %d (%s); max pods on a node %d (%s)",
+		w.polls, w.events, w.maxNodesWithoutReady, w.worstWithoutReady, w.maxPodsOnANode, w.worstPods)
 	if w.dsName != "" {
 		t.Logf("rollout watcher: %s status: lowest numberAvailable %d", w.dsName, w.minAvailable)
 		if len(w.badDesired) > 0 {
@@ -768,4 +833,27 @@ func ownerUIDs(refs []metav1.OwnerReference) []string {
 		out = append(out, r.Kind+"/"+r.Name+"/"+string(r.UID))
 	}
 	return out
+}
+
+// runningImages lists the images of the running containers of a simulated
+// node's runtime: what the machine really runs.
+func (c *cluster) runningImages(node string) ([]string, error) {
+	c.nodes.mu.Lock()
+	sn := c.nodes.m[node]
+	c.nodes.mu.Unlock()
+	if sn == nil {
+		return nil, fmt.Errorf("no running node %s", node)
+	}
+	ctrs, err := sn.rt.ListContainers(c.ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, ctr := range ctrs {
+		if ctr.State == runtime.StateRunning {
+			out = append(out, ctr.Image)
+		}
+	}
+	sort.Strings(out)
+	return out, nil
 }

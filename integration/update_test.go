@@ -76,6 +76,19 @@ func TestRollingUpdateMaxUnavailable(t *testing.T) {
 			t.Errorf("node %s: pod %s not replaced with %s", node, p.Name, imageV2)
 		}
 	}
+	// The machines run exactly the new container: the agents stopped the old ones.
+	eventually(t, waitLong, func() error {
+		for _, node := range nodeNames(n) {
+			imgs, err := c.runningImages(node)
+			if err != nil {
+				return err
+			}
+			if len(imgs) != 1 || imgs[0] != imageV2 {
+				return fmt.Errorf("node %s runs %v, want [%s]", node, imgs, imageV2)
+			}
+		}
+		return nil
+	})
 }
 
 // TestRollingUpdateMaxSurge: `kubectl rollout restart` (a template
