@@ -162,9 +162,6 @@ func (n *NodeRestriction) authorizePod(ctx context.Context, node string, a Attri
 // forbidden is Kubernetes' 403: `<resource> "<name>" is forbidden: <why>`.
 func forbidden(a Attributes, why string) error {
 	gr := schema.GroupResource{Group: a.APIGroup, Resource: a.Resource}
-	if a.Subresource != "" {
-		gr.Resource += "/" + a.Subresource
-	}
 	return apierrors.NewForbidden(gr, a.Name, errors.New(why))
 }
 

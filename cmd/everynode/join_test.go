@@ -1,0 +1,385 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/everynode/everynode/apiserver/pki"
+	"github.com/everynode/everynode/client"
+	"github.com/everynode/everynode/cmd/everynode/internal/cli"
+	"github.com/everynode/everynode/gossip"
+	"github.com/everynode/everynode/resources"
+)
+
+// joinWait bounds each convergence of the join tests.
+const joinWait = 30 * time.Second
+
+// runningAgent is an in-process "everynode agent".
+type runningAgent struct {
+	name    string
+	dataDir string
+	cancel  context.CancelFunc
+	done    chan error
+	log     *syncBuffer
+}
+
+// startAgent runs "everynode agent" for node name against srv with the fake
+// runtime and the local gossip profile, plus extra flags.
+func startAgent(t *testing.T, srv *runningServer, name, dataDir string, extra ...string) *runningAgent {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	a := &runningAgent{name: name, dataDir: dataDir, cancel: cancel, done: make(chan error, 1), log: &syncBuffer{}}
+	args := append([]string{"agent", "--server", srv.url(t), "--token", srv.joinToken(t), "--name", name,
+		"--runtime", "fake", "--fake-images", "busybox", "--data-dir", dataDir,
+		"--gossip", "127.0.0.1:0", "--gossip-profile", "local", "--log-level", "warn"}, extra...)
+	m := &cli.Main{Getenv: func(string) string { return "" }}
+	go func() { a.done <- m.Run(ctx, args, nil, &syncBuffer{}, a.log) }()
+	t.Cleanup(func() { a.stop(t) })
+	return a
+}
+
+// stop cancels the agent and waits for it; a second call only waits.
+func (a *runningAgent) stop(t *testing.T) {
+	t.Helper()
+	a.cancel()
+	select {
+	case err := <-a.done:
+		a.done <- err
+		if err != nil {
+			t.Errorf("agent %s exited with %s\nlog:\n%s", a.name, cli.FormatError(err), a.log.String())
+		}
+	case <-time.After(joinWait):
+		t.Errorf("agent %s did not stop within %s; log:\n%s", a.name, joinWait, a.log.String())
+	}
+}
+
+func (s *runningServer) url(t *testing.T) string {
+	t.Helper()
+	cfg, err := client.LoadKubeconfigFrom([]string{s.kubeconfig})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg.Server
+}
+
+func (s *runningServer) joinToken(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(filepath.Dir(s.kubeconfig), pki.JoinTokenFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// client returns an HTTPS client of the server with token ("" = admin).
+func (s *runningServer) client(t *testing.T, token string) client.Interface {
+	t.Helper()
+	cfg, err := client.LoadKubeconfigFrom([]string{s.kubeconfig})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		cfg.Token = token
+	}
+	cfg.Timeout = 10 * time.Second
+	h, err := client.NewHTTP(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.Close)
+	return h
+}
+
+// savedCredentials reads what the agent kept from its join.
+func savedCredentials(t *testing.T, dataDir string) (token string, key []byte, seeds []string) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dataDir, cli.CredentialsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(filepath.Join(dataDir, cli.CredentialsFile))
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("credentials file mode %v (%v), want 0600", fi.Mode(), err)
+	}
+	var c struct {
+		NodeToken   string   `json:"nodeToken"`
+		GossipKey   []byte   `json:"gossipKey"`
+		GossipSeeds []string `json:"gossipSeeds"`
+	}
+	if err := json.Unmarshal(b, &c); err != nil {
+		t.Fatal(err)
+	}
+	return c.NodeToken, c.GossipKey, c.GossipSeeds
+}
+
+func getNode(ctx context.Context, c client.Interface, name string) (*corev1.Node, error) {
+	o, err := c.Get(ctx, resources.Nodes, "", name)
+	if err != nil {
+		return nil, err
+	}
+	return o.(*corev1.Node), nil
+}
+
+func readyOf(n *corev1.Node) (corev1.ConditionStatus, string) {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status, c.Reason
+		}
+	}
+	return "", ""
+}
+
+// waitReady polls the Node until its Ready status is want and returns how long that took.
+func waitNodeReady(t *testing.T, c client.Interface, name string, want corev1.ConditionStatus, within time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	var last string
+	for time.Since(start) < within {
+		n, err := getNode(context.Background(), c, name)
+		if err == nil {
+			st, reason := readyOf(n)
+			if st == want {
+				return time.Since(start)
+			}
+			last = fmt.Sprintf("Ready=%s (%s)", st, reason)
+		} else {
+			last = err.Error()
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("node %s not Ready=%s within %s: %s", name, want, within, last)
+	return 0
+}
+
+func barePod(name, node string) *corev1.Pod {
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
+		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "busybox"}},
+			Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}}},
+	}
+	resources.Pods.SetTypeMeta(p)
+	return p
+}
+
+// TestJoinAndNodeRestriction: agents join a real server through the join
+// token, their Nodes carry the flags' labels and taints and the well-known
+// labels, a wrong token is refused with one line and registers nothing, and
+// a node credential may write only its own Node and its own pods' status.
+func TestJoinAndNodeRestriction(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts embedded etcd")
+	}
+	ctx := context.Background()
+	srv := startServer(t, t.TempDir())
+	admin := srv.client(t, "")
+
+	a1Dir := t.TempDir()
+	startAgent(t, srv, "w-a1", a1Dir, "--labels", "zone=edge,disk=ssd", "--taints", "dedicated=edge:NoSchedule,gpu:NoExecute")
+	startAgent(t, srv, "w-a2", t.TempDir())
+	waitNodeReady(t, admin, "w-a1", corev1.ConditionTrue, joinWait)
+	waitNodeReady(t, admin, "w-a2", corev1.ConditionTrue, joinWait)
+
+	t.Run("labels and taints", func(t *testing.T) {
+		n, err := getNode(ctx, admin, "w-a1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, v := range map[string]string{"zone": "edge", "disk": "ssd", "kubernetes.io/hostname": "w-a1"} {
+			if n.Labels[k] != v {
+				t.Errorf("label %s=%q, want %q (labels %v)", k, n.Labels[k], v, n.Labels)
+			}
+		}
+		for _, k := range []string{"kubernetes.io/os", "kubernetes.io/arch"} {
+			if n.Labels[k] == "" {
+				t.Errorf("no label %s (labels %v)", k, n.Labels)
+			}
+		}
+		want := map[string]corev1.Taint{
+			"dedicated": {Key: "dedicated", Value: "edge", Effect: corev1.TaintEffectNoSchedule},
+			"gpu":       {Key: "gpu", Effect: corev1.TaintEffectNoExecute},
+		}
+		for _, tn := range n.Spec.Taints {
+			if w, ok := want[tn.Key]; ok && w.Value == tn.Value && w.Effect == tn.Effect {
+				delete(want, tn.Key)
+			}
+		}
+		if len(want) > 0 {
+			t.Errorf("taints %v lack %v", n.Spec.Taints, want)
+		}
+	})
+
+	t.Run("wrong token refused", func(t *testing.T) {
+		good := srv.joinToken(t)
+		bad := good[:len(good)-4] + "beef"
+		if bad == good {
+			bad = good[:len(good)-4] + "dead"
+		}
+		m := &cli.Main{Getenv: func(string) string { return "" }}
+		err := m.Run(ctx, []string{"agent", "--server", srv.url(t), "--token", bad, "--name", "w-bad",
+			"--runtime", "fake", "--data-dir", t.TempDir(), "--gossip", "127.0.0.1:0"}, nil, &syncBuffer{}, &syncBuffer{})
+		want := "error: join refused: invalid join token; copy " + filepath.Dir(srv.kubeconfig) + "/join-token from the server"
+		if err == nil || cli.FormatError(err) != want {
+			t.Fatalf("got %v, want the line %q", err, want)
+		}
+		if _, err := getNode(ctx, admin, "w-bad"); !apierrors.IsNotFound(err) {
+			t.Errorf("node w-bad: %v, want NotFound", err)
+		}
+	})
+
+	t.Run("node credential", func(t *testing.T) {
+		token, _, _ := savedCredentials(t, a1Dir)
+		a1 := srv.client(t, token)
+		for _, p := range []*corev1.Pod{barePod("w-mine", "w-a1"), barePod("w-theirs", "w-a2")} {
+			if _, err := admin.Create(ctx, p, client.WriteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		statusPatch := []byte(`{"status":{"message":"written by w-a1"}}`)
+		checks := []struct {
+			what string
+			do   func() error
+			code int // 0: success
+		}{
+			{"read another node", func() error { _, err := a1.Get(ctx, resources.Nodes, "", "w-a2"); return err }, 0},
+			{"label own node", func() error {
+				_, err := a1.Patch(ctx, resources.Nodes, "", "w-a1", types.MergePatchType, []byte(`{"metadata":{"labels":{"own":"yes"}}}`), client.WriteOptions{}, "")
+				return err
+			}, 0},
+			{"write another node", func() error {
+				_, err := a1.Patch(ctx, resources.Nodes, "", "w-a2", types.MergePatchType, []byte(`{"metadata":{"labels":{"evil":"yes"}}}`), client.WriteOptions{}, "")
+				return err
+			}, 403},
+			{"delete another node", func() error {
+				_, err := a1.Delete(ctx, resources.Nodes, "", "w-a2", metav1.DeleteOptions{})
+				return err
+			}, 403},
+			{"own pod status", func() error {
+				_, err := a1.Patch(ctx, resources.Pods, "default", "w-mine", types.MergePatchType, statusPatch, client.WriteOptions{}, "status")
+				return err
+			}, 0},
+			{"another node's pod status", func() error {
+				_, err := a1.Patch(ctx, resources.Pods, "default", "w-theirs", types.MergePatchType, statusPatch, client.WriteOptions{}, "status")
+				return err
+			}, 403},
+			{"delete another node's pod", func() error {
+				_, err := a1.Delete(ctx, resources.Pods, "default", "w-theirs", metav1.DeleteOptions{})
+				return err
+			}, 403},
+			{"create a pod", func() error { _, err := a1.Create(ctx, barePod("w-new", "w-a1"), client.WriteOptions{}); return err }, 403},
+		}
+		for _, c := range checks {
+			err := c.do()
+			switch {
+			case c.code == 0 && err != nil:
+				t.Errorf("%s: %v, want success", c.what, err)
+			case c.code == 403 && !apierrors.IsForbidden(err):
+				t.Errorf("%s: %v, want 403 Forbidden", c.what, err)
+			case c.code == 403:
+				t.Logf("%s: %v", c.what, err)
+			}
+		}
+	})
+
+	t.Run("gossip without the key", func(t *testing.T) {
+		_, key, seeds := savedCredentials(t, a1Dir)
+		if len(seeds) == 0 || len(key) != 32 {
+			t.Fatalf("join gave seeds %v and a %d-byte key", seeds, len(key))
+		}
+		wrong := make([]byte, 32)
+		_, _ = rand.Read(wrong)
+		intruder := newMember(t, "w-intruder", wrong)
+		if n, err := intruder.Join(seeds); err == nil {
+			t.Fatalf("a member with another key joined %d members", n)
+		} else {
+			t.Logf("refused as expected: %v", err)
+		}
+		friend := newMember(t, "w-friend", key)
+		if _, err := friend.Join(seeds); err != nil {
+			t.Fatalf("a member with the key cannot join: %v", err)
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			names := memberNames(friend)
+			if slices.Contains(names, "w-a1") {
+				if slices.Contains(names, "w-intruder") {
+					t.Fatalf("the intruder is a member: %v", names)
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("friend never saw w-a1: %v", names)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	})
+}
+
+func newMember(t *testing.T, name string, key []byte) *gossip.Member {
+	t.Helper()
+	cfg := gossip.DefaultLocalConfig()
+	cfg.Name, cfg.Key, cfg.Meta = name, key, gossip.Meta{Role: gossip.RoleAgent}
+	m, err := gossip.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+func memberNames(m *gossip.Member) []string {
+	var out []string
+	for _, mi := range m.Members() {
+		if mi.State == gossip.Alive {
+			out = append(out, mi.Name)
+		}
+	}
+	return out
+}
+
+// TestAgentStopsAndReturns: an agent that stops without leaving (a crash)
+// makes its Node Ready=Unknown within the gossip detection time; one that
+// stops gracefully makes it Ready=False; a returning agent, restarted from
+// its saved credentials, makes it Ready=True again.
+func TestAgentStopsAndReturns(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts embedded etcd")
+	}
+	srv := startServer(t, t.TempDir())
+	admin := srv.client(t, "")
+	crashDir, leaveDir := t.TempDir(), t.TempDir()
+	crash := startAgent(t, srv, "w-crash", crashDir, "--leave-on-stop=false")
+	leave := startAgent(t, srv, "w-leave", leaveDir)
+	waitNodeReady(t, admin, "w-crash", corev1.ConditionTrue, joinWait)
+	waitNodeReady(t, admin, "w-leave", corev1.ConditionTrue, joinWait)
+
+	crash.stop(t)
+	took := waitNodeReady(t, admin, "w-crash", corev1.ConditionUnknown, 20*time.Second)
+	t.Logf("agent stopped without leaving: Node Ready=Unknown after %s (gossip profile local)", took.Round(10*time.Millisecond))
+
+	leave.stop(t)
+	took = waitNodeReady(t, admin, "w-leave", corev1.ConditionFalse, 20*time.Second)
+	t.Logf("agent stopped gracefully: Node Ready=False after %s", took.Round(10*time.Millisecond))
+	if n, err := getNode(context.Background(), admin, "w-leave"); err == nil {
+		if _, reason := readyOf(n); reason != "MemberLeft" {
+			t.Errorf("Ready=False reason %q, want MemberLeft", reason)
+		}
+	}
+
+	startAgent(t, srv, "w-crash", crashDir)
+	startAgent(t, srv, "w-leave", leaveDir)
+	waitNodeReady(t, admin, "w-crash", corev1.ConditionTrue, joinWait)
+	waitNodeReady(t, admin, "w-leave", corev1.ConditionTrue, joinWait)
+}
