@@ -69,3 +69,32 @@ func (l *agentLogs) serve(ctx context.Context, ag *nodeagent.Agent) {
 		l.log.Error("the container log endpoint stopped", "err", err)
 	}
 }
+
+// newAgentWithLogs makes the agent of cfg with its log endpoint on listen
+// (cfg.LogPort is set from the listener, so the Node publishes it) and
+// returns it with the function that runs both until ctx ends: the agent's
+// Run result is returned once the log endpoint has stopped too.
+func newAgentWithLogs(cfg nodeagent.Config, listen, nodeToken string, log *slog.Logger) (*nodeagent.Agent, func(ctx context.Context) error, error) {
+	logs, err := listenAgentLogs(&cfg, listen, nodeToken, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	ag, err := nodeagent.New(cfg)
+	if err != nil {
+		logs.ln.Close()
+		return nil, nil, err
+	}
+	run := func(ctx context.Context) error {
+		ctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			logs.serve(ctx, ag)
+		}()
+		err := ag.Run(ctx)
+		cancel()
+		<-done
+		return err
+	}
+	return ag, run, nil
+}
