@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -44,7 +45,7 @@ func startAgent(t *testing.T, srv *runningServer, name, dataDir string, extra ..
 	a := &runningAgent{name: name, dataDir: dataDir, cancel: cancel, done: make(chan error, 1), log: &syncBuffer{}}
 	args := append([]string{"agent", "--server", srv.url(t), "--token", srv.joinToken(t), "--name", name,
 		"--runtime", "fake", "--fake-images", "busybox", "--data-dir", dataDir,
-		"--gossip", "127.0.0.1:0", "--gossip-profile", "local", "--log-level", "warn"}, extra...)
+		"--gossip", "127.0.0.1:0", "--gossip-profile", "local", "--log-level", "warn"}, extra...) // a later --gossip wins
 	m := &cli.Main{Getenv: func(string) string { return "" }}
 	go func() { a.done <- m.Run(ctx, args, nil, &syncBuffer{}, a.log) }()
 	t.Cleanup(func() { a.stop(t) })
@@ -360,8 +361,12 @@ func TestAgentStopsAndReturns(t *testing.T) {
 	srv := startServer(t, t.TempDir())
 	admin := srv.client(t, "")
 	crashDir, leaveDir := t.TempDir(), t.TempDir()
-	crash := startAgent(t, srv, "w-crash", crashDir, "--leave-on-stop=false")
-	leave := startAgent(t, srv, "w-leave", leaveDir)
+	// A returning node comes back at the same gossip address, as one with
+	// the default port does (memberlist refuses a dead member's name at a
+	// new address).
+	crashAddr, leaveAddr := freeAddr(t), freeAddr(t)
+	crash := startAgent(t, srv, "w-crash", crashDir, "--leave-on-stop=false", "--gossip", crashAddr)
+	leave := startAgent(t, srv, "w-leave", leaveDir, "--gossip", leaveAddr)
 	waitNodeReady(t, admin, "w-crash", corev1.ConditionTrue, joinWait)
 	waitNodeReady(t, admin, "w-leave", corev1.ConditionTrue, joinWait)
 
@@ -378,8 +383,34 @@ func TestAgentStopsAndReturns(t *testing.T) {
 		}
 	}
 
-	startAgent(t, srv, "w-crash", crashDir)
-	startAgent(t, srv, "w-leave", leaveDir)
+	t0 := time.Now()
+	startAgent(t, srv, "w-crash", crashDir, "--gossip", crashAddr)
+	startAgent(t, srv, "w-leave", leaveDir, "--gossip", leaveAddr)
 	waitNodeReady(t, admin, "w-crash", corev1.ConditionTrue, joinWait)
 	waitNodeReady(t, admin, "w-leave", corev1.ConditionTrue, joinWait)
+	t.Logf("agents back: both Nodes Ready=True after %s", time.Since(t0).Round(10*time.Millisecond))
+	// It stays Ready: membership agrees with the agent (the node lifecycle
+	// controller would flip a node it thinks dead back to Unknown).
+	until := time.Now().Add(3 * time.Second)
+	for time.Now().Before(until) {
+		for _, name := range []string{"w-crash", "w-leave"} {
+			if n, err := getNode(context.Background(), admin, name); err == nil {
+				if st, reason := readyOf(n); st != corev1.ConditionTrue {
+					t.Fatalf("node %s went Ready=%s (%s) after returning", name, st, reason)
+				}
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// freeAddr returns a loopback host:port that was free a moment ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
 }
