@@ -26,6 +26,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -176,6 +177,9 @@ func (e *mhEnv) cleanup() {
 			ids = append(ids, strings.Fields(out)...)
 		}
 	}
+	// The daemon containers carry both labels (images pass theirs on).
+	sort.Strings(ids)
+	ids = slices.Compact(ids)
 	if len(ids) > 0 {
 		if _, err := e.docker(append([]string{"rm", "-f", "-v"}, ids...)...); err != nil {
 			e.t.Logf("cleanup: %v", err)
