@@ -56,8 +56,8 @@ func TestProcessesServerAndAgents(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	nodes := []string{"proc-server", "proc-agent-1", "proc-agent-2"}
-	for _, name := range nodes[1:] {
+	nodes := []string{"proc-agent-1", "proc-agent-2", "proc-server"} // sorted
+	for _, name := range nodes[:2] {
 		startProc(t, name, bin, "agent", "--server", url, "--token", strings.TrimSpace(string(token)),
 			"--name", name, "--runtime", "fake", "--fake-images", "busybox", "--labels", "role=edge",
 			"--data-dir", filepath.Join(dir, name), "--gossip", "127.0.0.1:0", "--gossip-profile", "local", "--log-level", "warn")
@@ -79,8 +79,8 @@ func TestProcessesServerAndAgents(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("want one Running pod on each of %v; got %v (%v)\n%s", nodes, got, err,
-				runCLI(t, bin, kubeconfig, "get", "pods,nodes", "-o", "wide"))
+			t.Fatalf("want one Running pod on each of %v; got %v (%v)\n%s\n%s", nodes, got, err,
+				runCLI(t, bin, kubeconfig, "get", "pods", "-o", "wide"), runCLI(t, bin, kubeconfig, "get", "nodes", "-o", "wide"))
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
