@@ -43,6 +43,10 @@ type Config struct {
 	UserAgent string
 	// Logger receives debug lines per request; nil discards them.
 	Logger *slog.Logger
+	// Transport, when set, carries the requests instead of a transport of
+	// the client's own (TLS from CAPEM); many clients with different tokens
+	// may share one, and with it one HTTP/2 connection pool (simulated fleets).
+	Transport http.RoundTripper
 }
 
 // DefaultTimeout bounds a non-watch request when Config.Timeout is zero: long
@@ -95,6 +99,9 @@ func NewHTTP(cfg Config) (*HTTP, error) {
 		ua:      cfg.UserAgent,
 		log:     cfg.Logger,
 		hc:      &http.Client{Transport: tr},
+	}
+	if cfg.Transport != nil {
+		h.hc = &http.Client{Transport: cfg.Transport}
 	}
 	if h.timeout <= 0 {
 		h.timeout = DefaultTimeout

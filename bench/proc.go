@@ -1,0 +1,164 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/everynode/everynode/client"
+	"github.com/everynode/everynode/nodeagent"
+	"github.com/everynode/everynode/nodeagent/runtime/fake"
+	"github.com/everynode/everynode/resources"
+)
+
+// AgentProcessNode is the node name of the separately measured agent process.
+const AgentProcessNode = "bench-agent-process"
+
+// procStatusKB reads a "Name:   123 kB" field of /proc/<pid>/status.
+func procStatusKB(pid int, field string) (int64, error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			return strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("/proc/%d/status: no %s", pid, field)
+}
+
+// rssMB is a process's VmRSS in MiB; 0 if it cannot be read.
+func rssMB(pid int) float64 {
+	kb, err := procStatusKB(pid, "VmRSS")
+	if err != nil {
+		return 0
+	}
+	return float64(kb) / 1024
+}
+
+// loadAvg is the first three fields of /proc/loadavg.
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return ""
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// Machine describes the machine a run was made on.
+type Machine struct {
+	CPUs     int    `json:"cpus"`
+	CPUModel string `json:"cpu_model"`
+	MemoryMB int64  `json:"memory_mb"`
+	Kernel   string `json:"kernel"`
+	Go       string `json:"go"`
+}
+
+// ThisMachine reads /proc for the machine's CPU model, memory and kernel.
+func ThisMachine() Machine {
+	m := Machine{CPUs: runtime.NumCPU(), Go: runtime.Version()}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPUModel = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "MemTotal:"); ok {
+				kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+				m.MemoryMB = kb / 1024
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.Kernel = strings.TrimSpace(string(b))
+	}
+	return m
+}
+
+// agentProcessRSS starts one agent process, waits until its Node is Ready,
+// lets it idle, and returns its VmRSS.
+func agentProcessRSS(ctx context.Context, srv *server, dir string, cfg Config) (float64, error) {
+	t := AgentTarget{Server: srv.url, JoinToken: srv.cluster.JoinToken(), CAPEM: srv.cluster.CAPEM(),
+		NodeToken: srv.cluster.NodeToken(AgentProcessNode), NodeName: AgentProcessNode, DataDir: filepath.Join(dir, "agent-process")}
+	if err := os.MkdirAll(t.DataDir, 0o700); err != nil {
+		return 0, fmt.Errorf("bench: agent process dir: %w", err)
+	}
+	pctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	cmd := cfg.AgentProcess(pctx, t)
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = 10 * time.Second
+	if err := cmd.Start(); err != nil {
+		return 0, fmt.Errorf("bench: start agent process: %w", err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	defer func() {
+		cancel()
+		<-exited
+	}()
+	err := watchUntil(ctx, srv.local, resources.Nodes, "", client.ListOptions{FieldSelector: "metadata.name=" + AgentProcessNode}, time.Minute, nil,
+		func(ev watch.Event) (bool, error) {
+			node, ok := ev.Object.(*corev1.Node)
+			return ok && ev.Type != watch.Deleted && nodeReady(node), nil
+		})
+	if err != nil {
+		return 0, fmt.Errorf("bench: agent process never became a Ready node: %w", err)
+	}
+	select {
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	case err := <-exited:
+		exited <- err
+		return 0, fmt.Errorf("bench: agent process exited: %v", err)
+	case <-time.After(cfg.AgentIdle):
+	}
+	kb, err := procStatusKB(cmd.Process.Pid, "VmRSS")
+	if err != nil {
+		return 0, fmt.Errorf("bench: agent process RSS: %w", err)
+	}
+	return float64(kb) / 1024, nil
+}
+
+// RunAgentProcess runs one node agent with the fake runtime against
+// t.Server with t.NodeToken until ctx ends: the minimal agent process (no
+// gossip, no join) for when "everynode agent" is not at hand.
+func RunAgentProcess(ctx context.Context, t AgentTarget) error {
+	h, err := client.NewHTTP(client.Config{Server: t.Server, CAPEM: t.CAPEM, Token: t.NodeToken, UserAgent: "everynode-bench-agent"})
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	ag, err := nodeagent.New(nodeagent.Config{NodeName: t.NodeName, NodeIP: "127.0.0.1", Client: h,
+		Runtime: fake.New(fake.Config{Images: []string{ImageV1, ImageV2}, IP: "127.0.0.1"}), DataDir: t.DataDir})
+	if err != nil {
+		return err
+	}
+	err = ag.Run(ctx)
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}

@@ -1,0 +1,174 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"runtime/pprof"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/everynode/everynode/bench"
+)
+
+// BenchCommand is "everynode bench": "fleet" runs the fleet benchmark,
+// "report" renders results as docs/benchmarks.md.
+type BenchCommand struct{}
+
+// Run dispatches to the bench subcommands.
+func (c *BenchCommand) Run(ctx context.Context, args []string, std IO) error {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
+		fmt.Fprint(std.Out, "Usage:\n  everynode bench fleet --nodes N [--json] [--gossip] [--rollout] [--detect] [--cpuprofile FILE]\n  everynode bench report [-o FILE] [--command CMD] RESULT.json...\n")
+		if len(args) == 0 {
+			return usageError("no bench subcommand given", "use \"everynode bench fleet --nodes 100\"")
+		}
+		return nil
+	}
+	switch args[0] {
+	case "fleet":
+		return c.fleet(ctx, args[1:], std)
+	case "report":
+		return c.report(args[1:], std)
+	}
+	return usageError(fmt.Sprintf("unknown bench subcommand %q", args[0]), "use fleet or report")
+}
+
+func (c *BenchCommand) fleet(ctx context.Context, args []string, std IO) error {
+	var (
+		nodes                          int
+		asJSON, gsp, rollout, detect   bool
+		cpuProfile, logLevel, agentBin string
+		idle                           time.Duration
+	)
+	fs := newFlagSet("bench fleet", "bench fleet --nodes N [--json] [--gossip] [--rollout] [--detect] [--cpuprofile FILE]", std.Out)
+	fs.IntVar(&nodes, "nodes", 100, "number of simulated nodes")
+	fs.BoolVar(&asJSON, "json", false, "print the result as JSON")
+	fs.BoolVar(&gsp, "gossip", false, fmt.Sprintf("make every simulated node a gossip member (up to %d nodes)", bench.MaxGossipNodes))
+	fs.BoolVar(&rollout, "rollout", false, "measure an image rollout (maxUnavailable 10%)")
+	fs.BoolVar(&detect, "detect", false, fmt.Sprintf("measure failure detection of a killed node (turns gossip on; up to %d nodes)", bench.MaxGossipNodes))
+	fs.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to FILE")
+	fs.StringVar(&logLevel, "log-level", "warn", "log level: debug, info, warn or error")
+	fs.StringVar(&agentBin, "agent-binary", "", "everynode binary run as the separate agent process (default: this one; \"none\" skips agent_rss_mb)")
+	fs.DurationVar(&idle, "agent-idle", bench.DefaultAgentIdle, "how long the separate agent process idles before its RSS is read")
+	pos, err := fs.parse(args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usageError(fmt.Sprintf("unexpected arguments %q", pos), "bench fleet takes only flags")
+	}
+	if nodes < 1 {
+		return usageError("--nodes must be at least 1", "e.g. --nodes 100")
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(logLevel)); err != nil {
+		return usageError(fmt.Sprintf("invalid --log-level %q", logLevel), "use debug, info, warn or error")
+	}
+	log := slog.New(slog.NewTextHandler(std.Err, &slog.HandlerOptions{Level: level}))
+	cfg := bench.Config{Nodes: nodes, Gossip: gsp, Rollout: rollout, Detect: detect, AgentIdle: idle, Logger: log}
+	if agentBin != "none" {
+		if agentBin == "" {
+			if agentBin, err = os.Executable(); err != nil {
+				return fmt.Errorf("find this binary: %w", err)
+			}
+		}
+		cfg.AgentProcess = func(ctx context.Context, t bench.AgentTarget) *exec.Cmd {
+			// The real "everynode agent" with the fake runtime, joined with
+			// the join token like any agent.
+			return exec.CommandContext(ctx, agentBin, "agent", "--server", t.Server, "--token", t.JoinToken,
+				"--name", t.NodeName, "--data-dir", t.DataDir, "--runtime", "fake",
+				"--gossip", "127.0.0.1:0", "--gossip-profile", "lan", "--log-level", "warn")
+		}
+	}
+	if cpuProfile != "" {
+		f, err := os.Create(cpuProfile)
+		if err != nil {
+			return fmt.Errorf("cpu profile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("cpu profile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
+	res, err := bench.Run(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		enc := json.NewEncoder(std.Out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(res)
+	}
+	printFleet(std.Out, res)
+	return nil
+}
+
+func printFleet(out io.Writer, r *bench.Result) {
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	f := func(name string, v float64, unit string) {
+		if v == 0 {
+			fmt.Fprintf(tw, "%s\t-\t%s\n", name, unit)
+			return
+		}
+		fmt.Fprintf(tw, "%s\t%.3f\t%s\n", name, v, unit)
+	}
+	fmt.Fprintf(tw, "nodes\t%d\t(gossip %v)\n", r.Nodes, r.Gossip)
+	fmt.Fprintf(tw, "load average\t%s → %s\t\n", r.LoadAvgStart, r.LoadAvgEnd)
+	f("register_s", r.RegisterS, "s")
+	f("etcd_floor_s", r.EtcdFloorS, "s")
+	f("converge_s", r.ConvergeS, "s")
+	f("ratio", r.Ratio, "converge/floor")
+	fmt.Fprintf(tw, "writes\t%d\tpod creates %d, pod updates %d, daemonset %d, other %d, %d bytes\n",
+		r.Writes.Total, r.Writes.PodCreates, r.Writes.PodUpdates, r.Writes.DaemonSetWrites, r.Writes.Other, r.Writes.Bytes)
+	f("rollout_s", r.RolloutS, "s")
+	f("detect_s", r.DetectS, "s")
+	f("status_p50_ms", r.StatusP50Ms, fmt.Sprintf("ms (%d samples)", r.StatusSamples))
+	f("status_p99_ms", r.StatusP99Ms, "ms")
+	f("server_rss_mb", r.ServerRSSMB, "MiB (server + simulated agents, one process)")
+	f("heap_mb", r.HeapMB, "MiB Go heap in use")
+	f("heap_agents_mb", r.HeapAgentsMB, "MiB heap growth from the agents")
+	f("agent_rss_mb", r.AgentRSSMB, "MiB (one agent process, idle)")
+	tw.Flush()
+	for _, n := range r.Notes {
+		fmt.Fprintf(out, "note: %s\n", n)
+	}
+}
+
+func (c *BenchCommand) report(args []string, std IO) error {
+	var outPath, command string
+	fs := newFlagSet("bench report", "bench report [-o FILE] [--command CMD] RESULT.json...", std.Out)
+	fs.StringVar(&outPath, "o", "", "write the markdown to FILE (default: stdout)")
+	fs.StringVar(&command, "command", "make bench-fleet", "the command named in the report")
+	pos, err := fs.parse(args)
+	if err != nil {
+		return err
+	}
+	if len(pos) == 0 {
+		return usageError("no result files given", "give the JSON files of \"everynode bench fleet --json\"")
+	}
+	var results []bench.Result
+	for _, p := range pos {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return fmt.Errorf("read result: %w", err)
+		}
+		var r bench.Result
+		if err := json.Unmarshal(b, &r); err != nil {
+			return fmt.Errorf("read result %s: %w", p, err)
+		}
+		results = append(results, r)
+	}
+	var sb strings.Builder
+	bench.Render(&sb, bench.Report{Machine: bench.ThisMachine(), Date: time.Now().UTC(), Command: command, Results: results})
+	if outPath == "" {
+		_, err := io.WriteString(std.Out, sb.String())
+		return err
+	}
+	return os.WriteFile(outPath, []byte(sb.String()), 0o644)
+}
