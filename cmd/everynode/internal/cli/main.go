@@ -82,6 +82,8 @@ func (m *Main) Run(ctx context.Context, args []string, stdin io.Reader, stdout, 
 		return (&LogsCommand{main: m}).Run(ctx, rest, std)
 	case "version":
 		return (&VersionCommand{main: m}).Run(ctx, rest, std)
+	case "bench":
+		return (&BenchCommand{}).Run(ctx, rest, std)
 	}
 	return usageError(fmt.Sprintf("unknown command %q", cmd), "see \"everynode -h\" for the commands")
 }
