@@ -414,3 +414,113 @@ func freeAddr(t *testing.T) string {
 	defer ln.Close()
 	return ln.Addr().String()
 }
+
+// startServerAt runs "everynode server --no-agent" on fixed addresses, so
+// it can be restarted where its agents expect it.
+func startServerAt(t *testing.T, dataDir, listen, gossipAddr string) *runningServer {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &runningServer{cancel: cancel, done: make(chan error, 1), out: &syncBuffer{}, log: &syncBuffer{},
+		kubeconfig: filepath.Join(dataDir, cli.AdminKubeconfigFile)}
+	_ = os.Remove(s.kubeconfig)
+	m := &cli.Main{Getenv: func(string) string { return "" }}
+	go func() {
+		s.done <- m.Run(ctx, []string{"server", "--data-dir", dataDir, "--listen", listen, "--no-agent",
+			"--gossip", gossipAddr, "--gossip-profile", "local", "--log-level", "warn"}, nil, s.out, s.log)
+	}()
+	t.Cleanup(func() { s.stop(t) })
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if _, err := os.Stat(s.kubeconfig); err == nil {
+			return s
+		}
+		select {
+		case err := <-s.done:
+			s.done <- err
+			t.Fatalf("server exited before it was ready: %v\nlog:\n%s", err, s.log.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s after 60s; log:\n%s", s.kubeconfig, s.log.String())
+		}
+	}
+}
+
+// TestAgentOfflineRestart: an agent restarted while the server is down
+// starts from its saved credentials and pods, and when the server returns
+// at its address the agent rejoins (API and gossip): the Node is Ready again
+// and its pod is the same object, Running.
+func TestAgentOfflineRestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts embedded etcd")
+	}
+	ctx := context.Background()
+	srvDir, agentDir := t.TempDir(), t.TempDir()
+	listen, gossipAddr := freeAddr(t), freeAddr(t)
+	srv := startServerAt(t, srvDir, listen, gossipAddr)
+	admin := srv.client(t, "")
+	a := startAgent(t, srv, "w-offline", agentDir)
+	waitNodeReady(t, admin, "w-offline", corev1.ConditionTrue, joinWait)
+	created, err := admin.Create(ctx, barePod("w-offline-pod", "w-offline"), client.WriteOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitPodRunning(t, admin, "w-offline-pod", created.GetUID())
+
+	a.stop(t)
+	srv.stop(t)
+	a = startAgent(t, srv, "w-offline", agentDir)
+	select {
+	case err := <-a.done:
+		a.done <- err
+		t.Fatalf("agent exited with the server down: %v\n%s", err, a.log.String())
+	case <-time.After(2 * time.Second):
+	}
+	if !strings.Contains(a.log.String(), "starting offline") {
+		t.Errorf("agent log does not say it started offline:\n%s", a.log.String())
+	}
+
+	srv = startServerAt(t, srvDir, listen, gossipAddr)
+	admin = srv.client(t, "")
+	took := waitNodeReady(t, admin, "w-offline", corev1.ConditionTrue, joinWait)
+	t.Logf("server back: Node Ready=True after %s", took.Round(10*time.Millisecond))
+	waitPodRunning(t, admin, "w-offline-pod", created.GetUID())
+
+	// The agent is back in the server's gossip pool too (it rejoins its
+	// seeds once it sees no live server), so the node lifecycle controller
+	// will not mark it unreachable when its grace ends.
+	_, key, seeds := savedCredentials(t, agentDir)
+	probe := newMember(t, "w-probe", key)
+	start := time.Now()
+	for {
+		if _, err := probe.Join(seeds); err == nil && slices.Contains(memberNames(probe), "w-offline") {
+			break
+		}
+		if time.Since(start) > 20*time.Second {
+			t.Fatalf("w-offline is not in the server's gossip pool: %v", memberNames(probe))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Logf("agent back in the gossip pool %s after the probe started", time.Since(start).Round(10*time.Millisecond))
+}
+
+func waitPodRunning(t *testing.T, c client.Interface, name string, uid types.UID) {
+	t.Helper()
+	deadline := time.Now().Add(joinWait)
+	for {
+		o, err := c.Get(context.Background(), resources.Pods, "default", name)
+		if err == nil {
+			p := o.(*corev1.Pod)
+			if p.UID != uid {
+				t.Fatalf("pod %s has uid %s, want %s", name, p.UID, uid)
+			}
+			if p.Status.Phase == corev1.PodRunning {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pod %s not Running within %s (%v)", name, joinWait, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
