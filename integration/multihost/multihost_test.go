@@ -107,9 +107,10 @@ func mhModuleRoot(t *testing.T) string {
 	return filepath.Dir(strings.TrimSpace(string(out)))
 }
 
-// newMHEnv checks the engine (skip or fail), builds the binary and images
-// and prepares cleanup. It starts no container.
-func newMHEnv(t *testing.T) *mhEnv {
+// newMHEnv checks the engine (skip or fail), builds the everynode binary
+// and image (withServer) and the example daemon's image, and prepares
+// cleanup. It starts no container.
+func newMHEnv(t *testing.T, withServer bool) *mhEnv {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	t.Cleanup(cancel)
 	e := &mhEnv{t: t, ctx: ctx, run: mhRunID()}
@@ -133,10 +134,12 @@ func newMHEnv(t *testing.T) *mhEnv {
 
 	root := mhModuleRoot(t)
 	build := filepath.Join(dir, "build")
-	for _, b := range []struct{ pkg, out string }{
-		{"./cmd/everynode", filepath.Join(build, "everynode", "everynode")},
-		{"./examples/daemon", filepath.Join(build, "daemon", "daemon")},
-	} {
+	type target struct{ pkg, out string }
+	targets := []target{{"./examples/daemon", filepath.Join(build, "daemon", "daemon")}}
+	if withServer {
+		targets = append(targets, target{"./cmd/everynode", filepath.Join(build, "everynode", "everynode")})
+	}
+	for _, b := range targets {
 		cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", b.out, b.pkg)
 		cmd.Dir = root
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux")
@@ -144,13 +147,15 @@ func newMHEnv(t *testing.T) *mhEnv {
 			t.Fatalf("go build %s: %v\n%s", b.pkg, err, out)
 		}
 	}
-	e.bin = filepath.Join(build, "everynode", "everynode")
-	e.image = "everynode-mh-" + e.run + ":dev"
+	type image struct{ tag, dir, dockerfile string }
 	e.daemon = "everynode-mh-" + e.run + "/daemon:v1"
-	for _, img := range []struct{ tag, dir, dockerfile string }{
-		{e.image, filepath.Join(build, "everynode"), "FROM scratch\nCOPY everynode /everynode\nENTRYPOINT [\"/everynode\"]\n"},
-		{e.daemon, filepath.Join(build, "daemon"), "FROM scratch\nENV DAEMON_VERSION=v1\nCOPY daemon /daemon\nENTRYPOINT [\"/daemon\"]\n"},
-	} {
+	images := []image{{e.daemon, filepath.Join(build, "daemon"), "FROM scratch\nENV DAEMON_VERSION=v1\nCOPY daemon /daemon\nENTRYPOINT [\"/daemon\"]\n"}}
+	if withServer {
+		e.bin = filepath.Join(build, "everynode", "everynode")
+		e.image = "everynode-mh-" + e.run + ":dev"
+		images = append(images, image{e.image, filepath.Join(build, "everynode"), "FROM scratch\nCOPY everynode /everynode\nENTRYPOINT [\"/everynode\"]\n"})
+	}
+	for _, img := range images {
 		if err := os.WriteFile(filepath.Join(img.dir, "Dockerfile"), []byte(img.dockerfile), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -437,7 +442,7 @@ spec:
 `
 
 func TestMultihost(t *testing.T) {
-	e := newMHEnv(t)
+	e := newMHEnv(t, true)
 	e.startNetwork()
 	e.startServer()
 	e.startAgents(3)
