@@ -114,7 +114,8 @@ type simNode struct {
 
 // cluster is one everynode control plane plus simulated nodes.
 type cluster struct {
-	t       *testing.T
+	t       *testing.T // the (sub)test failures go to
+	root    *testing.T // the test that owns the cluster's resources
 	ctx     context.Context
 	api     *apiserver.Server
 	tokens  *tokens
@@ -142,7 +143,7 @@ type controllers struct {
 func (c *cluster) startControllers() {
 	ctx, cancel := context.WithCancel(c.ctx)
 	done := make(chan struct{})
-	t := c.t
+	t := c.root // the goroutine may outlive a subtest
 	started := time.Now()
 	go func() {
 		defer close(done)
@@ -218,7 +219,7 @@ func newCluster(t *testing.T, n int) *cluster {
 	srv.StartTLS()
 	caPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
 
-	c := &cluster{t: t, ctx: ctx, api: api, tokens: toks, url: srv.URL, caPEM: caPEM,
+	c := &cluster{t: t, root: t, ctx: ctx, api: api, tokens: toks, url: srv.URL, caPEM: caPEM,
 		members: newFakeMembership(), nodes: &nodeSet{m: map[string]*simNode{}}}
 	c.admin = c.httpClient(adminToken)
 
@@ -265,7 +266,7 @@ func (c *cluster) httpClient(token string) client.Interface {
 	if err != nil {
 		c.t.Fatalf("client.NewHTTP: %v", err)
 	}
-	c.t.Cleanup(h.Close)
+	c.root.Cleanup(h.Close)
 	return h
 }
 
@@ -282,7 +283,7 @@ func (c *cluster) startNode(name string, labels map[string]string) *simNode {
 		Client:           c.httpClient(token),
 		Runtime:          rt,
 		Logger:           testLogger().With("component", "agent"),
-		DataDir:          c.t.TempDir(),
+		DataDir:          c.root.TempDir(),
 		Labels:           labels,
 		RelistPeriod:     100 * time.Millisecond,
 		ResyncPeriod:     time.Second,
