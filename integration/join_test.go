@@ -47,7 +47,7 @@ func TestProcessesServerAndAgents(t *testing.T) {
 	srvDir := filepath.Join(dir, "server")
 	srv := startProc(t, "server", bin, "server", "--data-dir", srvDir, "--listen", "127.0.0.1:0",
 		"--gossip", "127.0.0.1:0", "--gossip-profile", "local", "--runtime", "fake", "--name", "proc-server",
-		"--fake-images", "busybox", "--log-level", "warn")
+		"--fake-images", "busybox", "--log-listen", "127.0.0.1:0", "--log-level", "warn")
 	kubeconfig := filepath.Join(srvDir, "admin.kubeconfig")
 	srv.waitFile(t, kubeconfig, 60*time.Second)
 	admin, url := adminFromKubeconfig(t, kubeconfig)
@@ -60,7 +60,7 @@ func TestProcessesServerAndAgents(t *testing.T) {
 	for _, name := range nodes[:2] {
 		startProc(t, name, bin, "agent", "--server", url, "--token", strings.TrimSpace(string(token)),
 			"--name", name, "--runtime", "fake", "--fake-images", "busybox", "--labels", "role=edge",
-			"--data-dir", filepath.Join(dir, name), "--gossip", "127.0.0.1:0", "--gossip-profile", "local", "--log-level", "warn")
+			"--data-dir", filepath.Join(dir, name), "--gossip", "127.0.0.1:0", "--gossip-profile", "local", "--log-listen", "127.0.0.1:0", "--log-level", "warn")
 	}
 	manifest := filepath.Join(dir, "ds.yaml")
 	if err := os.WriteFile(manifest, []byte(wiringDaemonSet), 0o600); err != nil {
@@ -83,6 +83,21 @@ func TestProcessesServerAndAgents(t *testing.T) {
 				runCLI(t, bin, kubeconfig, "get", "pods", "-o", "wide"), runCLI(t, bin, kubeconfig, "get", "nodes", "-o", "wide"))
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+	// Pod logs go from the API server to each node's agent (its log
+	// endpoint, authorized by the node's log token).
+	objs, _, err := admin.List(ctx, resources.Pods, "default", client.ListOptions{LabelSelector: "app=wiring"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range objs {
+		p := o.(*corev1.Pod)
+		b, err := admin.RawGet(ctx, "/api/v1/namespaces/default/pods/"+p.Name+"/log")
+		if err != nil {
+			t.Errorf("logs of %s on %s: %v", p.Name, p.Spec.NodeName, err)
+			continue
+		}
+		t.Logf("logs of %s on %s: %q", p.Name, p.Spec.NodeName, strings.TrimSpace(string(b)))
 	}
 	for _, name := range nodes {
 		o, err := admin.Get(ctx, resources.Nodes, "", name)

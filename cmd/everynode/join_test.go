@@ -45,7 +45,7 @@ func startAgent(t *testing.T, srv *runningServer, name, dataDir string, extra ..
 	a := &runningAgent{name: name, dataDir: dataDir, cancel: cancel, done: make(chan error, 1), log: &syncBuffer{}}
 	args := append([]string{"agent", "--server", srv.url(t), "--token", srv.joinToken(t), "--name", name,
 		"--runtime", "fake", "--fake-images", "busybox", "--data-dir", dataDir,
-		"--gossip", "127.0.0.1:0", "--gossip-profile", "local", "--log-level", "warn"}, extra...) // a later --gossip wins
+		"--gossip", "127.0.0.1:0", "--gossip-profile", "local", "--log-listen", "127.0.0.1:0", "--log-level", "warn"}, extra...) // a later --gossip wins
 	m := &cli.Main{Getenv: func(string) string { return "" }}
 	go func() { a.done <- m.Run(ctx, args, nil, &syncBuffer{}, a.log) }()
 	t.Cleanup(func() { a.stop(t) })

@@ -115,7 +115,12 @@ func (c *AgentCommand) Run(ctx context.Context, args []string, std IO) error {
 	}
 	defer closeRT()
 
-	member, err := gossip.New(c.agent.gossipConfig(node, creds.GossipKey, gossip.Meta{Role: gossip.RoleAgent, AgentAddr: nodeIP}, nodeIP, log))
+	logLn, err := c.agent.listenLogs()
+	if err != nil {
+		return err
+	}
+	defer logLn.Close()
+	member, err := gossip.New(c.agent.gossipConfig(node, creds.GossipKey, gossip.Meta{Role: gossip.RoleAgent, AgentAddr: logAddr(logLn, nodeIP)}, nodeIP, log))
 	if err != nil {
 		return withFix(fmt.Errorf("cannot start gossip: %w", err), "choose a free --gossip address (port 0 picks one)")
 	}
@@ -129,7 +134,7 @@ func (c *AgentCommand) Run(ctx context.Context, args []string, std IO) error {
 		defer wg.Done()
 		keepJoined(runCtx, member, func() []string { return mergeSeeds(creds.GossipSeeds, serverSeeds(member)) }, rejoinInterval, log)
 	}()
-	ar := &agentRun{flags: &c.agent, node: node, nodeIP: nodeIP, dataDir: dataDir, api: api, rt: rt, log: log}
+	ar := &agentRun{flags: &c.agent, node: node, nodeIP: nodeIP, nodeToken: creds.NodeToken, dataDir: dataDir, api: api, rt: rt, log: log, logLn: logLn}
 	err = ar.run(runCtx)
 	stop()
 	wg.Wait()

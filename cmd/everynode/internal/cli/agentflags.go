@@ -31,6 +31,9 @@ const (
 // memberlist's usual port on every interface.
 const DefaultGossipAddr = ":7946"
 
+// DefaultLogListen is the agent's log endpoint address, kubelet's port.
+const DefaultLogListen = ":10250"
+
 // leaveTimeout bounds the graceful leave announcement on stop.
 const leaveTimeout = 3 * time.Second
 
@@ -49,6 +52,7 @@ type agentFlags struct {
 	gossip         string
 	gossipProfile  string
 	leaveOnStop    bool
+	logListen      string
 
 	// parsed
 	labelMap map[string]string
@@ -67,6 +71,7 @@ func (a *agentFlags) register(fs *cmdFlags, gossipHelp string) {
 	fs.StringVar(&a.dockerHost, "docker-host", "", "--runtime docker: engine address (default: DOCKER_HOST, else the local socket)")
 	fs.StringVar(&a.gossip, "gossip", DefaultGossipAddr, gossipHelp)
 	fs.StringVar(&a.gossipProfile, "gossip-profile", gossip.ProfileLAN, "failure-detection timings: lan (≈1.5–2.5 s), wan (lossy links, ≈40–70 s) or local (one machine)")
+	fs.StringVar(&a.logListen, "log-listen", DefaultLogListen, "address (host:port) of the agent's HTTPS log endpoint the API server proxies \"logs\" to; port 0 picks a free one")
 	fs.BoolVar(&a.leaveOnStop, "leave-on-stop", true, "announce a graceful leave when stopped (the Node goes Ready=False); false: the others detect the stop as a failure (Ready=Unknown)")
 }
 
@@ -91,6 +96,9 @@ func (a *agentFlags) check() error {
 	}
 	if _, _, err := net.SplitHostPort(a.gossip); err != nil {
 		return usageError(fmt.Sprintf("invalid --gossip %q: %v", a.gossip, err), "use host:port with an IP or empty host, e.g. :7946 or 127.0.0.1:0")
+	}
+	if _, _, err := net.SplitHostPort(a.logListen); err != nil {
+		return usageError(fmt.Sprintf("invalid --log-listen %q: %v", a.logListen, err), "use host:port, e.g. :10250 or 127.0.0.1:0")
 	}
 	if a.nodeIP != "" && net.ParseIP(a.nodeIP) == nil {
 		return usageError(fmt.Sprintf("invalid --node-ip %q", a.nodeIP), "give an IP address")
@@ -183,18 +191,37 @@ func outboundIP(server string) string {
 // agentRun is one node agent with its gossip member, as run by "everynode
 // agent" and inside "everynode server".
 type agentRun struct {
-	flags   *agentFlags
-	node    string
-	nodeIP  string
-	dataDir string
-	api     client.Interface
-	rt      nodeagent.Runtime
-	log     *slog.Logger
+	flags     *agentFlags
+	node      string
+	nodeIP    string
+	nodeToken string // authorizes the API server at the log endpoint
+	dataDir   string
+	api       client.Interface
+	rt        nodeagent.Runtime
+	log       *slog.Logger
+	logLn     net.Listener // the log endpoint's listener (listenLogs); run closes it
+}
+
+// listenLogs opens the log endpoint's listener.
+func (a *agentFlags) listenLogs() (net.Listener, error) {
+	ln, err := net.Listen("tcp", a.logListen)
+	if err != nil {
+		return nil, withFix(fmt.Errorf("cannot listen for the log endpoint on %s: %w", a.logListen, err), "choose a free --log-listen address (port 0 picks one)")
+	}
+	return ln, nil
+}
+
+// logAddr is the log endpoint's address as others reach it.
+func logAddr(ln net.Listener, nodeIP string) string {
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	return net.JoinHostPort(nodeIP, port)
 }
 
 // run runs the agent until ctx ends or it fails.
 func (r *agentRun) run(ctx context.Context) error {
+	defer r.logLn.Close()
 	ag, err := nodeagent.New(nodeagent.Config{
+		LogPort:  int32(r.logLn.Addr().(*net.TCPAddr).Port),
 		NodeName: r.node, NodeIP: r.nodeIP, Client: r.api, Runtime: r.rt,
 		Logger:  r.log.With("component", "agent"),
 		DataDir: r.dataDir, Labels: r.flags.labelMap, Taints: r.flags.taintSet,
@@ -206,12 +233,28 @@ func (r *agentRun) run(ctx context.Context) error {
 	if err := os.MkdirAll(r.dataDir, 0o700); err != nil {
 		return withFix(fmt.Errorf("cannot create the agent data dir: %w", err), "check --data-dir")
 	}
-	err = ag.Run(ctx)
-	if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+	hosts := []string{r.node}
+	if r.nodeIP != "" {
+		hosts = append(hosts, r.nodeIP)
+	}
+	tlsCfg, err := nodeagent.SelfSignedTLS(hosts...)
+	if err != nil {
+		return err
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	logsDone := make(chan error, 1)
+	go func() { logsDone <- ag.ServeLogs(runCtx, r.logLn, tlsCfg, nodeagent.LogAuthorizer(r.nodeToken)) }()
+	err = ag.Run(runCtx)
+	stop()
+	if lerr := <-logsDone; lerr != nil && ctx.Err() == nil {
+		r.log.Warn("log endpoint stopped", "err", lerr)
+	}
+	if ctx.Err() != nil {
 		return nil
 	}
-	if err != nil && ctx.Err() != nil {
-		return nil
+	if err == nil {
+		err = errors.New("agent stopped")
 	}
 	return err
 }

@@ -162,6 +162,7 @@ func (c *ServerCommand) Run(ctx context.Context, args []string, std IO) error {
 	}
 
 	var rt nodeagent.Runtime
+	var logLn net.Listener
 	if !c.noAgent {
 		r, closeRT, err := c.agent.newRuntime(ctx, node, nodeIP, log)
 		if err != nil {
@@ -169,6 +170,10 @@ func (c *ServerCommand) Run(ctx context.Context, args []string, std IO) error {
 		}
 		defer closeRT()
 		rt = r
+		if logLn, err = c.agent.listenLogs(); err != nil {
+			return err
+		}
+		defer logLn.Close()
 	}
 
 	st, err := store.Open(ctx, store.Config{DataDir: dataDir, Endpoints: splitList(c.endpoints), Logger: log})
@@ -185,7 +190,7 @@ func (c *ServerCommand) Run(ctx context.Context, args []string, std IO) error {
 	if c.noAgent {
 		memberName = "everynode-server-" + randomSuffix(hostnameOr("server"))
 	} else {
-		meta.AgentAddr = nodeIP
+		meta.AgentAddr = logAddr(logLn, nodeIP)
 	}
 	member, err := gossip.New(c.agent.gossipConfig(memberName, cluster.GossipKey(), meta, nodeIP, log))
 	if err != nil {
@@ -195,7 +200,8 @@ func (c *ServerCommand) Run(ctx context.Context, args []string, std IO) error {
 
 	api, err := apiserver.New(apiserver.Config{
 		Store: st, Authenticator: cluster, Authorizer: apiserver.NewNodeRestriction(apiserver.StorePods(st)),
-		Logger: log.With("component", "apiserver"),
+		Logger:         log.With("component", "apiserver"),
+		NodeCredential: func(n string) string { return nodeagent.LogToken(cluster.NodeToken(n)) },
 		Join: &apiserver.JoinConfig{Secrets: cluster, DataDir: dataDir,
 			Seeds: func() []string { return serverSeeds(member) }, APIServer: func() string { return url }},
 	})
@@ -280,7 +286,8 @@ func (c *ServerCommand) Run(ctx context.Context, args []string, std IO) error {
 			return err
 		}
 		defer h.Close()
-		ar := &agentRun{flags: &c.agent, node: node, nodeIP: nodeIP, dataDir: agentDataDir(dataDir), api: h, rt: rt, log: log}
+		ar := &agentRun{flags: &c.agent, node: node, nodeIP: nodeIP, nodeToken: cluster.NodeToken(node),
+			dataDir: agentDataDir(dataDir), api: h, rt: rt, log: log, logLn: logLn}
 		go func() { agentErr <- ar.run(agentCtx) }()
 		log.Info("local agent started", "node", node, "runtime", c.agent.runtime)
 	}
