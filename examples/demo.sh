@@ -48,7 +48,7 @@ wait_for() {
 		printf '.'
 		sleep 1
 	done
-	echo " ok (${i}s)"
+	echo "ok (${i}s)"
 }
 
 # everynode with the demo's kubeconfig (flags may follow the verb's arguments).
