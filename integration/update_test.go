@@ -56,9 +56,15 @@ func TestRollingUpdateMaxUnavailable(t *testing.T) {
 
 	w := c.watchRolloutStatus("app=agent", nodeNames(n), "agent")
 	c.updateDS("agent", func(ds *appsv1.DaemonSet) { ds.Spec.Template.Spec.Containers[0].Image = imageV2 })
+	// As kubectl rollout status: once it says done, every node already runs
+	// one ready pod of the new revision (checked at once, no waiting).
+	c.waitRolloutStatus("agent")
 	cur := c.currentRevision("agent", "app=agent")
 	if cur.Labels[hashLabel] == oldHash || cur.Revision != 2 {
 		t.Fatalf("current revision %s (#%d), want a new hash at revision 2", cur.Name, cur.Revision)
+	}
+	if _, err := c.onePodPerNode("app=agent", nodeNames(n), cur.Labels[hashLabel]); err != nil {
+		t.Fatalf("rollout status said done, but: %v", err)
 	}
 	after := c.waitRolledOut("agent", n, cur.Labels[hashLabel])
 	maxWithout, maxPods, _ := w.finish(t)
@@ -107,9 +113,25 @@ func TestRollingUpdateMaxSurge(t *testing.T) {
 	c.updateDS("agent", func(ds *appsv1.DaemonSet) {
 		ds.Spec.Template.Annotations = map[string]string{"kubectl.kubernetes.io/restartedAt": time.Now().Format(time.RFC3339)}
 	})
+	c.waitRolloutStatus("agent")
 	cur := c.currentRevision("agent", "app=agent")
 	if cur.Labels[hashLabel] == oldHash {
 		t.Fatalf("restart did not make a new revision")
+	}
+	// Surge: the old pods may still be terminating when the status says
+	// done; the new ones all run.
+	pods, err := c.pods("app=agent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready := map[string]bool{}
+	for _, p := range pods {
+		if p.Labels[hashLabel] == cur.Labels[hashLabel] && runningReady(p) {
+			ready[p.Spec.NodeName] = true
+		}
+	}
+	if len(ready) != n {
+		t.Fatalf("rollout status said done with new ready pods on %d of %d nodes", len(ready), n)
 	}
 	after := c.waitRolledOut("agent", n, cur.Labels[hashLabel])
 	maxWithout, maxPods, _ := w.finish(t)
@@ -332,4 +354,26 @@ func TestHistoryLimit(t *testing.T) {
 	if _, err := c.onePodPerNode("app=agent", nodeNames(n), hash1); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// waitRolloutStatus waits as `kubectl rollout status ds/name` does (its
+// DaemonSetStatusViewer, REFERENCE §4.5) and returns the DaemonSet as the
+// moment it said "successfully rolled out".
+func (c *cluster) waitRolloutStatus(name string) *appsv1.DaemonSet {
+	c.t.Helper()
+	var ds *appsv1.DaemonSet
+	eventually(c.t, waitLong, func() error {
+		ds = c.getDS(name)
+		st := ds.Status
+		switch {
+		case ds.Generation > st.ObservedGeneration:
+			return errors.New("waiting for daemon set spec update to be observed")
+		case st.UpdatedNumberScheduled < st.DesiredNumberScheduled:
+			return fmt.Errorf("%d out of %d new pods have been updated", st.UpdatedNumberScheduled, st.DesiredNumberScheduled)
+		case st.NumberAvailable < st.DesiredNumberScheduled:
+			return fmt.Errorf("%d of %d updated pods are available", st.NumberAvailable, st.DesiredNumberScheduled)
+		}
+		return nil
+	})
+	return ds
 }
