@@ -185,6 +185,41 @@ func TestTaints(t *testing.T) {
 	})
 }
 
+// TestAutomaticTolerations: §1.3. A cordoned node carrying the
+// unschedulable NoSchedule taint still gets daemon pods; the
+// network-unavailable NoSchedule taint is tolerated only by hostNetwork
+// DaemonSets.
+func TestAutomaticTolerations(t *testing.T) {
+	c := newCluster(t, 3)
+	all := nodeNames(3)
+	c.patchNode("node-1", map[string]any{"spec": map[string]any{"unschedulable": true}})
+	c.setTaints("node-1", corev1.Taint{Key: "node.kubernetes.io/unschedulable", Effect: corev1.TaintEffectNoSchedule})
+	c.setTaints("node-2", corev1.Taint{Key: "node.kubernetes.io/network-unavailable", Effect: corev1.TaintEffectNoSchedule})
+
+	c.createDS(newDaemonSet("plain"))
+	host := newDaemonSet("host")
+	host.Spec.Template.Spec.HostNetwork = true
+	c.createDS(host)
+	eventually(t, waitLong, func() error {
+		if _, err := c.onePodPerNode("app=host", all, ""); err != nil {
+			return err
+		}
+		_, err := c.onePodPerNode("app=plain", []string{"node-0", "node-1"}, "")
+		return err
+	})
+	c.waitStatus("plain", counts{desired: 2, current: 2, ready: 2, updated: 2, available: 2})
+	c.waitStatus("host", counts{desired: 3, current: 3, ready: 3, updated: 3, available: 3})
+	pods, err := c.pods("app=host")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods {
+		if !tolerates(p, "node.kubernetes.io/network-unavailable", corev1.TaintEffectNoSchedule) {
+			t.Errorf("hostNetwork pod %s lacks the network-unavailable toleration", p.Name)
+		}
+	}
+}
+
 // TestFailedPod: a daemon pod whose phase is set to Failed through the API
 // is deleted (FailedDaemonPod event) and replaced by a new pod (new uid) on
 // the same node; the other pods are untouched.
