@@ -1,6 +1,8 @@
 package daemonset
 
 import (
+	"slices"
+
 	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -30,41 +32,52 @@ var discard = logr.Discard()
 // lets existing pods stay. Node readiness, unschedulable, resources and host
 // ports are not considered.
 func NodeShouldRunDaemonPod(node *corev1.Node, ds *appsv1.DaemonSet) (shouldRun, shouldContinueRunning bool) {
-	pod := hypotheticalPod(ds, node.Name)
-	if ds.Spec.Template.Spec.NodeName != "" && ds.Spec.Template.Spec.NodeName != node.Name {
-		return false, false
-	}
-	fitsNodeName, fitsNodeAffinity, fitsTaints := predicates(pod, node)
-	if !fitsNodeName || !fitsNodeAffinity {
-		return false, false
-	}
-	if !fitsTaints {
-		_, untolerated := v1helper.FindMatchingUntoleratedTaint(discard, node.Spec.Taints, pod.Spec.Tolerations,
-			func(t *corev1.Taint) bool { return t.Effect == corev1.TaintEffectNoExecute }, false)
-		return false, !untolerated
-	}
-	return true, true
+	return newEligibility(ds).nodeShouldRun(node)
 }
 
-// hypotheticalPod is the pod the eligibility rules are evaluated for.
-func hypotheticalPod(ds *appsv1.DaemonSet, nodeName string) *corev1.Pod {
-	pod := &corev1.Pod{Spec: *ds.Spec.Template.Spec.DeepCopy()}
-	pod.ObjectMeta = *ds.Spec.Template.ObjectMeta.DeepCopy()
+// eligibility evaluates NodeShouldRunDaemonPod for one DaemonSet against
+// many nodes: the hypothetical pod (with the daemon tolerations) and its
+// required node affinity are built once, not once per node — a sync looks
+// at every node, several times. The DaemonSet must not change while it is
+// used.
+type eligibility struct {
+	ds       *appsv1.DaemonSet
+	pod      *corev1.Pod // hypothetical pod without nodeName; read-only
+	affinity nodeaffinity.RequiredNodeAffinity
+}
+
+func newEligibility(ds *appsv1.DaemonSet) *eligibility {
+	// A shallow copy of the template: only the tolerations are changed,
+	// and they are cloned first.
+	pod := &corev1.Pod{ObjectMeta: ds.Spec.Template.ObjectMeta, Spec: ds.Spec.Template.Spec}
 	pod.Namespace = ds.Namespace
-	pod.Spec.NodeName = nodeName
+	pod.Spec.Tolerations = slices.Clone(pod.Spec.Tolerations)
 	AddOrUpdateDaemonPodTolerations(&pod.Spec)
-	return pod
+	return &eligibility{ds: ds, pod: pod, affinity: nodeaffinity.GetRequiredNodeAffinity(pod)}
 }
 
-func predicates(pod *corev1.Pod, node *corev1.Node) (fitsNodeName, fitsNodeAffinity, fitsTaints bool) {
-	fitsNodeName = pod.Spec.NodeName == "" || pod.Spec.NodeName == node.Name
+// nodeShouldRun is NodeShouldRunDaemonPod(node, e.ds).
+func (e *eligibility) nodeShouldRun(node *corev1.Node) (shouldRun, shouldContinueRunning bool) {
+	if e.ds.Spec.Template.Spec.NodeName != "" && e.ds.Spec.Template.Spec.NodeName != node.Name {
+		return false, false
+	}
+	// The hypothetical pod is bound to node, so its nodeName always fits.
 	// A parse error is ignored, as Kubernetes does for backwards compatibility.
-	fitsNodeAffinity, _ = nodeaffinity.GetRequiredNodeAffinity(pod).Match(node)
-	_, untolerated := v1helper.FindMatchingUntoleratedTaint(discard, node.Spec.Taints, pod.Spec.Tolerations,
+	fitsNodeAffinity, _ := e.affinity.Match(node)
+	if !fitsNodeAffinity {
+		return false, false
+	}
+	tolerations := e.pod.Spec.Tolerations
+	_, untolerated := v1helper.FindMatchingUntoleratedTaint(discard, node.Spec.Taints, tolerations,
 		func(t *corev1.Taint) bool {
 			return t.Effect == corev1.TaintEffectNoExecute || t.Effect == corev1.TaintEffectNoSchedule
 		}, false)
-	return fitsNodeName, fitsNodeAffinity, !untolerated
+	if untolerated {
+		_, untoleratedNoExecute := v1helper.FindMatchingUntoleratedTaint(discard, node.Spec.Taints, tolerations,
+			func(t *corev1.Taint) bool { return t.Effect == corev1.TaintEffectNoExecute }, false)
+		return false, !untoleratedNoExecute
+	}
+	return true, true
 }
 
 // AddOrUpdateDaemonPodTolerations adds the tolerations every daemon pod gets

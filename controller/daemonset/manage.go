@@ -45,8 +45,16 @@ func failedPodsBackoffKey(ds *appsv1.DaemonSet, nodeName string) string {
 // failed pod chosen for deletion.
 func podsShouldBeOnNode(node *corev1.Node, pods []*corev1.Pod, exists bool, ds *appsv1.DaemonSet, hash string,
 	backoff *flowcontrol.Backoff, now time.Time) nodeDecision {
+	return podsShouldBeOnNodeWith(newEligibility(ds), node, pods, exists, hash, backoff, now)
+}
+
+// podsShouldBeOnNodeWith is podsShouldBeOnNode with the DaemonSet's
+// eligibility built once for all nodes.
+func podsShouldBeOnNodeWith(elig *eligibility, node *corev1.Node, pods []*corev1.Pod, exists bool, hash string,
+	backoff *flowcontrol.Backoff, now time.Time) nodeDecision {
+	ds := elig.ds
 	var d nodeDecision
-	shouldRun, shouldContinueRunning := NodeShouldRunDaemonPod(node, ds)
+	shouldRun, shouldContinueRunning := elig.nodeShouldRun(node)
 	switch {
 	case shouldRun && !exists:
 		d.create = true
@@ -150,9 +158,10 @@ func (c *Controller) manage(ctx context.Context, ds *appsv1.DaemonSet, nodes []*
 	}
 	now := c.clock.Now()
 	var create, del []string
+	elig := newEligibility(ds)
 	for _, node := range nodes {
 		pods, exists := nodeToPods[node.Name]
-		d := podsShouldBeOnNode(node, pods, exists, ds, hash, c.failedPodsBackoff, now)
+		d := podsShouldBeOnNodeWith(elig, node, pods, exists, hash, c.failedPodsBackoff, now)
 		if d.create {
 			create = append(create, node.Name)
 		}

@@ -49,8 +49,9 @@ func AllowsSurge(ds *appsv1.DaemonSet) bool {
 // node count, adding an empty entry to nodeToPods for every desired node
 // without pods (REFERENCE §3.3). With both budgets zero it allows one unavailable.
 func updatedDesiredNodeCounts(ds *appsv1.DaemonSet, nodes []*corev1.Node, nodeToPods map[string][]*corev1.Pod) (maxSurge, maxUnavailable, desired int, err error) {
+	elig := newEligibility(ds)
 	for _, node := range nodes {
-		if run, _ := NodeShouldRunDaemonPod(node, ds); !run {
+		if run, _ := elig.nodeShouldRun(node); !run {
 			continue
 		}
 		desired++
@@ -152,12 +153,13 @@ func rollingUpdatePlan(ds *appsv1.DaemonSet, nodes []*corev1.Node, nodeToPods ma
 	for _, n := range nodes {
 		byName[n.Name] = n
 	}
+	elig := newEligibility(ds)
 	shouldRun := func(nodeName string) bool {
 		n, ok := byName[nodeName]
 		if !ok {
 			return false
 		}
-		run, _ := NodeShouldRunDaemonPod(n, ds)
+		run, _ := elig.nodeShouldRun(n)
 		return run
 	}
 	var oldPodsToDelete, shouldNotRunPodsToDelete, candidateNewNodes, allowedNewNodes []string

@@ -29,8 +29,9 @@ func computeStatus(ds *appsv1.DaemonSet, nodes []*corev1.Node, nodeToPods map[st
 	if err != nil {
 		generation = nil
 	}
+	elig := newEligibility(ds)
 	for _, node := range nodes {
-		run, _ := NodeShouldRunDaemonPod(node, ds)
+		run, _ := elig.nodeShouldRun(node)
 		pods := nodeToPods[node.Name]
 		if !run {
 			if len(pods) > 0 {
