@@ -93,6 +93,7 @@ type fleet struct {
 	srv    *server
 	tr     *http.Transport
 	lat    *latencies
+	dials  atomic.Int64 // connections the shared transport opened
 	log    *slog.Logger
 	agents []*simAgent
 }
@@ -102,11 +103,12 @@ func nodeName(i int) string { return fmt.Sprintf("sim-%05d", i) }
 // startFleet starts n agents (in parallel batches) and returns once all
 // are started; registration is awaited separately.
 func startFleet(ctx context.Context, srv *server, n int, useGossip bool, log *slog.Logger) (*fleet, error) {
-	tr, err := srv.transport()
+	f := &fleet{srv: srv, lat: &latencies{}, log: log, agents: make([]*simAgent, n)}
+	tr, err := srv.transport(&f.dials)
 	if err != nil {
 		return nil, err
 	}
-	f := &fleet{srv: srv, tr: tr, lat: &latencies{}, log: log, agents: make([]*simAgent, n)}
+	f.tr = tr
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 32)

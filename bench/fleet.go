@@ -72,6 +72,10 @@ type Config struct {
 	Dir string
 	// Timeout bounds each measured phase; 0 means 10 minutes.
 	Timeout time.Duration
+	// Measuring, when set, is called with true right before the DaemonSet
+	// is created and with false after the last timed phase (rollout or
+	// detect): the window a CPU profile should cover.
+	Measuring func(on bool)
 	// Logger; nil discards. Progress lines go to it at info level.
 	Logger *slog.Logger
 }
@@ -92,6 +96,16 @@ type Result struct {
 	Ratio      float64 `json:"ratio"`
 	// Writes are the etcd writes convergence made (replayed for the floor).
 	Writes WriteStats `json:"writes"`
+	// Connections is how many connections the agents' shared transport
+	// opened until all Nodes were Ready; ConvergeDials how many more during
+	// convergence.
+	Connections   int `json:"connections"`
+	ConvergeDials int `json:"converge_dials"`
+	// CreatesDoneS: DaemonSet created → the last pod seen created;
+	// ReadyLagP50Ms/MaxMs: a pod seen created → seen Running and Ready.
+	CreatesDoneS  float64 `json:"creates_done_s"`
+	ReadyLagP50Ms float64 `json:"ready_lag_p50_ms"`
+	ReadyLagMaxMs float64 `json:"ready_lag_max_ms"`
 	// PodsRunning is the number of pods Running and Ready at convergence.
 	PodsRunning int `json:"pods_running"`
 
@@ -179,9 +193,14 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	res.HeapAgentsMB = heapMB() - res.HeapServerIdleMB
 	log.Info("nodes ready", "nodes", cfg.Nodes, "s", res.RegisterS)
 
+	res.Connections = int(fl.dials.Load())
+	if cfg.Measuring != nil {
+		cfg.Measuring(true)
+	}
 	if err := converge(ctx, srv, fl, cfg, res, log); err != nil {
 		return nil, err
 	}
+	res.ConvergeDials = int(fl.dials.Load()) - res.Connections
 	res.ServerRSSMB = rssMB(os.Getpid())
 	res.HeapMB = heapMB()
 
@@ -212,6 +231,9 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 			return nil, err
 		}
 		log.Info("detected", "s", res.DetectS)
+	}
+	if cfg.Measuring != nil {
+		cfg.Measuring(false)
 	}
 	if cfg.AgentProcess != nil {
 		if res.AgentRSSMB, err = agentProcessRSS(ctx, srv, dir, cfg); err != nil {

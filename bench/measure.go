@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -55,7 +56,9 @@ func converge(ctx context.Context, srv *server, fl *fleet, cfg Config, res *Resu
 	}
 	ready := map[string]bool{}
 	count := 0
-	var t0 time.Time
+	var t0, lastCreate time.Time
+	seen := map[string]time.Time{}
+	var lags []time.Duration
 	fl.lat.on.Store(true)
 	err = watchUntil(ctx, srv.local, resources.Pods, Namespace, client.ListOptions{LabelSelector: "app=" + DSName}, cfg.Timeout,
 		func() error {
@@ -70,11 +73,16 @@ func converge(ctx context.Context, srv *server, fl *fleet, cfg Config, res *Resu
 			if !ok {
 				return false, nil
 			}
+			if _, ok := seen[p.Name]; !ok {
+				lastCreate = time.Now()
+				seen[p.Name] = lastCreate
+			}
 			now := ev.Type != watch.Deleted && podReady(p)
 			if now != ready[p.Name] {
 				ready[p.Name] = now
 				if now {
 					count++
+					lags = append(lags, time.Since(seen[p.Name]))
 				} else {
 					count--
 				}
@@ -88,6 +96,12 @@ func converge(ctx context.Context, srv *server, fl *fleet, cfg Config, res *Resu
 	}
 	res.ConvergeS = time.Since(t0).Seconds()
 	res.PodsRunning = count
+	res.CreatesDoneS = lastCreate.Sub(t0).Seconds()
+	if len(lags) > 0 {
+		slices.Sort(lags)
+		res.ReadyLagP50Ms = float64(lags[len(lags)/2]) / float64(time.Millisecond)
+		res.ReadyLagMaxMs = float64(lags[len(lags)-1]) / float64(time.Millisecond)
+	}
 	log.Info("converged", "nodes", cfg.Nodes, "s", res.ConvergeS)
 	after, err := etcd.Get(ctx, "/", clientv3.WithCountOnly())
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/everynode/everynode/apiserver"
@@ -135,13 +136,21 @@ func (s *server) seeds() []string {
 	return []string{s.member.LocalAddr()}
 }
 
-// transport is the HTTP/2 transport the simulated agents share.
-func (s *server) transport() (*http.Transport, error) {
+// transport is the HTTP/2 transport the simulated agents share; dials
+// counts its connections.
+func (s *server) transport(dials *atomic.Int64) (*http.Transport, error) {
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(s.cluster.CAPEM()) {
 		return nil, errors.New("bench: CA holds no certificate")
 	}
+	d := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
 	return &http.Transport{
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if dials != nil {
+				dials.Add(1)
+			}
+			return d.DialContext(ctx, network, addr)
+		},
 		TLSClientConfig:     &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool},
 		ForceAttemptHTTP2:   true,
 		MaxIdleConnsPerHost: 64,
@@ -152,7 +161,7 @@ func (s *server) transport() (*http.Transport, error) {
 
 // waitReady polls /readyz over TLS until it answers 200.
 func (s *server) waitReady(ctx context.Context) error {
-	tr, err := s.transport()
+	tr, err := s.transport(nil)
 	if err != nil {
 		return err
 	}

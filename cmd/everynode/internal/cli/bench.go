@@ -51,7 +51,7 @@ func (c *BenchCommand) fleet(ctx context.Context, args []string, std IO) error {
 	fs.BoolVar(&gsp, "gossip", false, fmt.Sprintf("make every simulated node a gossip member (up to %d nodes)", bench.MaxGossipNodes))
 	fs.BoolVar(&rollout, "rollout", false, "measure an image rollout (maxUnavailable 10%)")
 	fs.BoolVar(&detect, "detect", false, fmt.Sprintf("measure failure detection of a killed node (turns gossip on; up to %d nodes)", bench.MaxGossipNodes))
-	fs.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to FILE")
+	fs.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the measured phases (convergence, rollout, detect) to FILE")
 	fs.StringVar(&logLevel, "log-level", "warn", "log level: debug, info, warn or error")
 	fs.StringVar(&agentBin, "agent-binary", "", "everynode binary run as the separate agent process (default: this one; \"none\" skips agent_rss_mb)")
 	fs.DurationVar(&idle, "agent-idle", bench.DefaultAgentIdle, "how long the separate agent process idles before its RSS is read")
@@ -91,10 +91,23 @@ func (c *BenchCommand) fleet(ctx context.Context, args []string, std IO) error {
 			return fmt.Errorf("cpu profile: %w", err)
 		}
 		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return fmt.Errorf("cpu profile: %w", err)
+		// The profile covers the measured phases (convergence to the last
+		// timed phase), not the fleet's start-up.
+		profiling := false
+		cfg.Measuring = func(on bool) {
+			switch {
+			case on && !profiling:
+				if err := pprof.StartCPUProfile(f); err != nil {
+					log.Warn("cpu profile", "err", err)
+					return
+				}
+				profiling = true
+			case !on && profiling:
+				pprof.StopCPUProfile()
+				profiling = false
+			}
 		}
-		defer pprof.StopCPUProfile()
+		defer cfg.Measuring(false)
 	}
 	res, err := bench.Run(ctx, cfg)
 	if err != nil {
@@ -124,6 +137,9 @@ func printFleet(out io.Writer, r *bench.Result) {
 	f("etcd_floor_s", r.EtcdFloorS, "s")
 	f("converge_s", r.ConvergeS, "s")
 	f("ratio", r.Ratio, "converge/floor")
+	f("creates_done_s", r.CreatesDoneS, "s (DaemonSet created → last pod created)")
+	f("ready_lag_p50_ms", r.ReadyLagP50Ms, "ms (pod created → Running and Ready)")
+	f("ready_lag_max_ms", r.ReadyLagMaxMs, "ms")
 	fmt.Fprintf(tw, "writes\t%d\tpod creates %d, pod updates %d, daemonset %d, other %d, %d bytes\n",
 		r.Writes.Total, r.Writes.PodCreates, r.Writes.PodUpdates, r.Writes.DaemonSetWrites, r.Writes.Other, r.Writes.Bytes)
 	f("rollout_s", r.RolloutS, "s")
