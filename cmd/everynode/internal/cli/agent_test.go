@@ -1,0 +1,105 @@
+package cli
+
+import (
+	"flag"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/everynode/everynode/controller/nodelifecycle"
+	"github.com/everynode/everynode/gossip"
+)
+
+func TestParseAgent(t *testing.T) {
+	c := &AgentCommand{}
+	err := c.parse(strings.Fields("--server https://10.0.0.1:6443 --token K10x --name edge-1 --labels zone=edge,disk=ssd "+
+		"--taints dedicated=edge:NoSchedule,gpu:NoExecute --runtime fake --data-dir /d --gossip 127.0.0.1:0 --gossip-profile wan "+
+		"--fake-images busybox,app:v2 --fake-unpullable broken* --log-listen 127.0.0.1:0 --leave-on-stop=false"), discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.server != "https://10.0.0.1:6443" || c.agent.name != "edge-1" || c.agent.labelMap["disk"] != "ssd" || len(c.agent.taintSet) != 2 ||
+		c.agent.runtime != "fake" || c.agent.gossipProfile != "wan" || c.agent.leaveOnStop || c.dataDir != "/d" {
+		t.Fatalf("parsed %+v", c)
+	}
+	base := "--server https://s:6443 --token K10x "
+	for args, want := range map[string]string{
+		"--token K10x":                       "--server is required",
+		"--server http://s:6443 --token K10": "invalid --server",
+		"--server https://s:6443":            "join refused: no --token given; copy <data-dir>/join-token from the server",
+		base + "--labels zone":               "invalid --labels",
+		base + "--taints gpu=yes":            "invalid --taints",
+		base + "--taints gpu:Sometimes":      "invalid --taints",
+		base + "--runtime rkt":               "unknown --runtime",
+		base + "--gossip-profile moon":       "unknown --gossip-profile",
+		base + "--gossip 7946":               "invalid --gossip",
+		base + "--node-ip nope":              "invalid --node-ip",
+		base + "--name Edge_1":               "invalid --name",
+		base + "extra":                       "unexpected arguments",
+		"-h":                                 flag.ErrHelp.Error(),
+	} {
+		err := (&AgentCommand{}).parse(strings.Fields(args), discard)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: err = %v, want %q", args, err, want)
+		}
+	}
+}
+
+// fakeGossip is a gossipMembers with fixed members.
+type fakeGossip struct {
+	members []gossip.MemberInfo
+	hints   chan string
+}
+
+func (f *fakeGossip) Members() []gossip.MemberInfo { return f.members }
+func (f *fakeGossip) Hints() <-chan string         { return f.hints }
+
+func TestMembership(t *testing.T) {
+	g := &fakeGossip{hints: make(chan string, 4), members: []gossip.MemberInfo{
+		{Name: "alive", State: gossip.Alive, Meta: gossip.Meta{Role: gossip.RoleAgent}},
+		{Name: "suspect", State: gossip.Suspect, Meta: gossip.Meta{Role: gossip.RoleAgent}},
+		{Name: "dead", State: gossip.Dead, Meta: gossip.Meta{Role: gossip.RoleAgent}},
+		{Name: "left", State: gossip.Left, Meta: gossip.Meta{Role: gossip.RoleAgent}},
+		{Name: "server-with-agent", State: gossip.Alive, Addr: "10.0.0.1:7946", Meta: gossip.Meta{Role: gossip.RoleServer, AgentAddr: "10.0.0.1:10250"}},
+		{Name: "everynode-server-x", State: gossip.Alive, Addr: "10.0.0.2:7946", Meta: gossip.Meta{Role: gossip.RoleServer}},
+		{Name: "gone-server", State: gossip.Dead, Addr: "10.0.0.3:7946", Meta: gossip.Meta{Role: gossip.RoleServer}},
+	}}
+	ms := newMembership(g)
+	want := []nodelifecycle.Member{
+		{Name: "alive", Alive: true}, {Name: "suspect", Alive: true}, {Name: "dead"}, {Name: "left", Left: true},
+		{Name: "server-with-agent", Alive: true},
+	}
+	if got := ms.Members(); !slices.Equal(got, want) {
+		t.Errorf("Members() = %+v, want %+v", got, want)
+	}
+	if got := serverSeeds(g); !slices.Equal(got, []string{"10.0.0.1:7946", "10.0.0.2:7946"}) {
+		t.Errorf("serverSeeds = %v", got)
+	}
+
+	// Hints become coalesced Changed signals; run ends when Hints closes.
+	g.hints <- "a"
+	g.hints <- "b"
+	close(g.hints)
+	done := make(chan struct{})
+	go func() {
+		ms.run(t.Context())
+		close(done)
+	}()
+	<-done
+	select {
+	case <-ms.Changed():
+	default:
+		t.Fatal("no Changed signal after hints")
+	}
+	select {
+	case <-ms.Changed():
+		t.Fatal("hints were not coalesced")
+	default:
+	}
+}
+
+func TestMergeSeeds(t *testing.T) {
+	if got := mergeSeeds([]string{"a", "b"}, []string{"b", "c"}); !slices.Equal(got, []string{"a", "b", "c"}) {
+		t.Errorf("mergeSeeds = %v", got)
+	}
+}
