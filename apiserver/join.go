@@ -83,12 +83,13 @@ func (s *Server) withJoin(j *JoinConfig, next http.Handler) http.Handler {
 			s.writeError(w, req, apierrors.NewMethodNotSupported(joinResource, strings.ToLower(req.Method)))
 			return
 		}
-		resp, err := j.join(req)
+		resp, node, err := j.join(req)
 		if err != nil {
+			s.log.Info("join refused", "remote", req.RemoteAddr, "err", err)
 			s.writeError(w, req, err)
 			return
 		}
-		s.log.Info("node joined", "node", req.Header.Get("X-Everynode-Node"), "remote", req.RemoteAddr)
+		s.log.Info("node joined", "node", node, "remote", req.RemoteAddr)
 		writeJSON(w, http.StatusOK, resp)
 	})
 }
@@ -98,19 +99,19 @@ var (
 	nodeKind     = schema.GroupKind{Kind: "Node"}
 )
 
-// join checks one request and builds the answer.
-func (j *JoinConfig) join(req *http.Request) (*JoinResponse, error) {
+// join checks one request and builds the answer for the node it names.
+func (j *JoinConfig) join(req *http.Request) (*JoinResponse, string, error) {
 	body, err := io.ReadAll(io.LimitReader(req.Body, maxJoinBody+1))
 	if err != nil {
-		return nil, apierrors.NewBadRequest(fmt.Sprintf("read join request: %v", err))
+		return nil, "", apierrors.NewBadRequest(fmt.Sprintf("read join request: %v", err))
 	}
 	if len(body) > maxJoinBody {
-		return nil, apierrors.NewRequestEntityTooLargeError(fmt.Sprintf("join request over %d bytes", maxJoinBody))
+		return nil, "", apierrors.NewRequestEntityTooLargeError(fmt.Sprintf("join request over %d bytes", maxJoinBody))
 	}
 	var in JoinRequest
 	if len(body) > 0 {
 		if err := json.Unmarshal(body, &in); err != nil {
-			return nil, apierrors.NewBadRequest(fmt.Sprintf("join request is not JSON {\"nodeName\",\"joinSecret\"}: %v", err))
+			return nil, "", apierrors.NewBadRequest(fmt.Sprintf("join request is not JSON {\"nodeName\",\"joinSecret\"}: %v", err))
 		}
 	}
 	// The secret is checked first, so an unauthenticated caller learns
@@ -120,13 +121,12 @@ func (j *JoinConfig) join(req *http.Request) (*JoinResponse, error) {
 		if dir == "" {
 			dir = "<data-dir>"
 		}
-		return nil, apierrors.NewUnauthorized(fmt.Sprintf("invalid join token; copy %s/join-token from the server", strings.TrimRight(dir, "/")))
+		return nil, "", apierrors.NewUnauthorized(fmt.Sprintf("invalid join token; copy %s/join-token from the server", strings.TrimRight(dir, "/")))
 	}
 	if msgs := validation.IsDNS1123Subdomain(in.NodeName); len(msgs) > 0 {
 		errs := field.ErrorList{field.Invalid(field.NewPath("nodeName"), in.NodeName, strings.Join(msgs, "; "))}
-		return nil, apierrors.NewInvalid(nodeKind, in.NodeName, errs)
+		return nil, "", apierrors.NewInvalid(nodeKind, in.NodeName, errs)
 	}
-	req.Header.Set("X-Everynode-Node", in.NodeName) // for the log line only
 	out := &JoinResponse{
 		NodeToken:   j.Secrets.NodeToken(in.NodeName),
 		GossipKey:   base64.StdEncoding.EncodeToString(j.Secrets.GossipKey()),
@@ -138,5 +138,5 @@ func (j *JoinConfig) join(req *http.Request) (*JoinResponse, error) {
 	if j.APIServer != nil {
 		out.APIServer = j.APIServer()
 	}
-	return out, nil
+	return out, in.NodeName, nil
 }
