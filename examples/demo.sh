@@ -74,7 +74,10 @@ up() {
 			say "$DEMO_LISTEN is taken; the server picks a free port"
 		fi
 		say "starting everynode server (data dir $DEMO_DIR, API on $listen, log $LOG)"
-		nohup "$BIN" server --data-dir "$DEMO_DIR" --listen "$listen" >"$LOG" 2>&1 &
+		# Loopback only, free ports for gossip and the agent's log endpoint:
+		# the demo neither exposes nor collides with anything.
+		nohup "$BIN" server --data-dir "$DEMO_DIR" --listen "$listen" \
+			--gossip 127.0.0.1:0 --log-listen 127.0.0.1:0 >"$LOG" 2>&1 &
 		echo $! >"$PIDFILE"
 	fi
 	wait_for "the API (admin.kubeconfig)" test -s "$KUBECONFIG_FILE"
