@@ -94,8 +94,19 @@ type Result struct {
 	EtcdFloorS float64 `json:"etcd_floor_s"`
 	ConvergeS  float64 `json:"converge_s"`
 	Ratio      float64 `json:"ratio"`
+	// ConvergeCPUS and RolloutCPUS are the CPU seconds the whole process
+	// (server and simulated agents) used during those phases: the work
+	// done, which other load on the machine does not inflate as much as the
+	// wall-clock figures.
+	ConvergeCPUS float64 `json:"converge_cpu_s"`
+	RolloutCPUS  float64 `json:"rollout_cpu_s,omitempty"`
 	// Writes are the etcd writes convergence made (replayed for the floor).
 	Writes WriteStats `json:"writes"`
+	// FalseNotReady counts Ready→not-Ready transitions of simulated nodes
+	// that were not killed, over WatchedS seconds (from all Nodes Ready to
+	// the end of the run, under the benchmark's own CPU load).
+	FalseNotReady int     `json:"false_notready"`
+	WatchedS      float64 `json:"watched_s"`
 	// Connections is how many connections the agents' shared transport
 	// opened until all Nodes were Ready; ConvergeDials how many more during
 	// convergence.
@@ -194,12 +205,26 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	log.Info("nodes ready", "nodes", cfg.Nodes, "s", res.RegisterS)
 
 	res.Connections = int(fl.dials.Load())
+	watchStart := time.Now()
+	falseCtx, stopFalse := context.WithCancel(ctx)
+	falseDone := make(chan int, 1)
+	go func() { falseDone <- countNotReady(falseCtx, srv.local, fl.agents[len(fl.agents)/2].name) }()
+	defer func() {
+		stopFalse()
+		n := <-falseDone
+		if res != nil {
+			res.FalseNotReady = n
+			res.WatchedS = time.Since(watchStart).Seconds()
+		}
+	}()
 	if cfg.Measuring != nil {
 		cfg.Measuring(true)
 	}
+	cpu0 := cpuSeconds()
 	if err := converge(ctx, srv, fl, cfg, res, log); err != nil {
 		return nil, err
 	}
+	res.ConvergeCPUS = cpuSeconds() - cpu0
 	res.ConvergeDials = int(fl.dials.Load()) - res.Connections
 	res.ServerRSSMB = rssMB(os.Getpid())
 	res.HeapMB = heapMB()
@@ -221,9 +246,11 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	res.StatusP50Ms, res.StatusP99Ms, res.StatusSamples = p50, p99, n
 
 	if cfg.Rollout {
+		cpu0 := cpuSeconds()
 		if res.RolloutS, err = rollout(ctx, srv, cfg.Nodes, cfg.Timeout); err != nil {
 			return nil, err
 		}
+		res.RolloutCPUS = cpuSeconds() - cpu0
 		log.Info("rolled out", "s", res.RolloutS)
 	}
 	if cfg.Detect && useGossip {
@@ -347,6 +374,26 @@ func drain(ctx context.Context, w watch.Interface, r *resources.Resource, f func
 			}
 		}
 	}
+}
+
+// countNotReady counts, until ctx ends, how often a simulated Node other
+// than victim went from Ready to not Ready.
+func countNotReady(ctx context.Context, c client.Interface, victim string) int {
+	ready := map[string]bool{}
+	n := 0
+	_ = watchUntil(ctx, c, resources.Nodes, "", client.ListOptions{LabelSelector: NodeLabel + "=true"}, 24*time.Hour, nil, func(ev watch.Event) (bool, error) {
+		node, ok := ev.Object.(*corev1.Node)
+		if !ok || node.Name == victim {
+			return false, nil
+		}
+		now := ev.Type != watch.Deleted && nodeReady(node)
+		if was, seen := ready[node.Name]; seen && was && !now {
+			n++
+		}
+		ready[node.Name] = now
+		return false, nil
+	})
+	return n
 }
 
 // waitNodesReady waits until n simulated Nodes are Ready.

@@ -50,6 +50,15 @@ func rssMB(pid int) float64 {
 	return float64(kb) / 1024
 }
 
+// cpuSeconds is the CPU time (user + system) this process used so far.
+func cpuSeconds() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+}
+
 // loadAvg is the first three fields of /proc/loadavg.
 func loadAvg() string {
 	b, err := os.ReadFile("/proc/loadavg")

@@ -96,6 +96,15 @@ func Render(w io.Writer, rep Report) {
 	})
 	row("**rollout_s** (image update, maxUnavailable 10%)", "≤ 10 s at 1,000", "", num(func(r Result) float64 { return r.RolloutS }, 2))
 	row("**detect_s** (node killed → Ready≠True, gossip)", "≤ 3 s at ≤ 100", "Kubernetes 50 s; Swarm ~15 s; Nomad 20–30 s", num(func(r Result) float64 { return r.DetectS }, 2))
+	row("false NotReady (nodes not killed) / seconds watched", "0 (issue: over 10 min, CPU loaded)", "", func(r Result) string {
+		return fmt.Sprintf("%d / %.0f s", r.FalseNotReady, r.WatchedS)
+	})
+	row("CPU seconds used by the process: convergence / rollout", "", "", func(r Result) string {
+		return fmt.Sprintf("%.2f / %.2f", r.ConvergeCPUS, r.RolloutCPUS)
+	})
+	row("creates_done_s (DaemonSet created → last pod created) / pod created → Ready p50 (ms)", "", "", func(r Result) string {
+		return fmt.Sprintf("%.2f / %.0f", r.CreatesDoneS, r.ReadyLagP50Ms)
+	})
 	row("pod status update latency p50 / p99 (ms, at the agents)", "", "", func(r Result) string {
 		return fmt.Sprintf("%.1f / %.1f", r.StatusP50Ms, r.StatusP99Ms)
 	})

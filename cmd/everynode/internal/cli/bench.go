@@ -23,7 +23,7 @@ type BenchCommand struct{}
 // Run dispatches to the bench subcommands.
 func (c *BenchCommand) Run(ctx context.Context, args []string, std IO) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
-		fmt.Fprint(std.Out, "Usage:\n  everynode bench fleet --nodes N [--json] [--gossip] [--rollout] [--detect] [--cpuprofile FILE]\n  everynode bench report [-o FILE] [--command CMD] RESULT.json...\n")
+		fmt.Fprint(std.Out, "Usage:\n  everynode bench fleet --nodes N [--json] [--gossip] [--rollout] [--detect] [--cpuprofile FILE]\n  everynode bench report [-o FILE] [--command CMD] [--notes FILE] RESULT.json...\n")
 		if len(args) == 0 {
 			return usageError("no bench subcommand given", "use \"everynode bench fleet --nodes 100\"")
 		}
@@ -136,6 +136,7 @@ func printFleet(out io.Writer, r *bench.Result) {
 	f("register_s", r.RegisterS, "s")
 	f("etcd_floor_s", r.EtcdFloorS, "s")
 	f("converge_s", r.ConvergeS, "s")
+	f("converge_cpu_s", r.ConvergeCPUS, "CPU s (whole process)")
 	f("ratio", r.Ratio, "converge/floor")
 	f("creates_done_s", r.CreatesDoneS, "s (DaemonSet created → last pod created)")
 	f("ready_lag_p50_ms", r.ReadyLagP50Ms, "ms (pod created → Running and Ready)")
@@ -143,7 +144,9 @@ func printFleet(out io.Writer, r *bench.Result) {
 	fmt.Fprintf(tw, "writes\t%d\tpod creates %d, pod updates %d, daemonset %d, other %d, %d bytes\n",
 		r.Writes.Total, r.Writes.PodCreates, r.Writes.PodUpdates, r.Writes.DaemonSetWrites, r.Writes.Other, r.Writes.Bytes)
 	f("rollout_s", r.RolloutS, "s")
+	f("rollout_cpu_s", r.RolloutCPUS, "CPU s (whole process)")
 	f("detect_s", r.DetectS, "s")
+	fmt.Fprintf(tw, "false_notready\t%d\tover %.0f s\n", r.FalseNotReady, r.WatchedS)
 	f("status_p50_ms", r.StatusP50Ms, fmt.Sprintf("ms (%d samples)", r.StatusSamples))
 	f("status_p99_ms", r.StatusP99Ms, "ms")
 	f("server_rss_mb", r.ServerRSSMB, "MiB (server + simulated agents, one process)")
@@ -157,10 +160,11 @@ func printFleet(out io.Writer, r *bench.Result) {
 }
 
 func (c *BenchCommand) report(args []string, std IO) error {
-	var outPath, command string
-	fs := newFlagSet("bench report", "bench report [-o FILE] [--command CMD] RESULT.json...", std.Out)
+	var outPath, command, notes string
+	fs := newFlagSet("bench report", "bench report [-o FILE] [--command CMD] [--notes FILE] RESULT.json...", std.Out)
 	fs.StringVar(&outPath, "o", "", "write the markdown to FILE (default: stdout)")
 	fs.StringVar(&command, "command", "make bench-fleet", "the command named in the report")
+	fs.StringVar(&notes, "notes", "", "a markdown file appended to the report (analysis)")
 	pos, err := fs.parse(args)
 	if err != nil {
 		return err
@@ -180,8 +184,16 @@ func (c *BenchCommand) report(args []string, std IO) error {
 		}
 		results = append(results, r)
 	}
+	rep := bench.Report{Machine: bench.ThisMachine(), Date: time.Now().UTC(), Command: command, Results: results}
+	if notes != "" {
+		b, err := os.ReadFile(notes)
+		if err != nil {
+			return fmt.Errorf("read notes: %w", err)
+		}
+		rep.Notes = string(b)
+	}
 	var sb strings.Builder
-	bench.Render(&sb, bench.Report{Machine: bench.ThisMachine(), Date: time.Now().UTC(), Command: command, Results: results})
+	bench.Render(&sb, rep)
 	if outPath == "" {
 		_, err := io.WriteString(std.Out, sb.String())
 		return err
