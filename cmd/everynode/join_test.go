@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -23,6 +24,7 @@ import (
 	"github.com/everynode/everynode/cmd/everynode/internal/cli"
 	"github.com/everynode/everynode/gossip"
 	"github.com/everynode/everynode/resources"
+	"github.com/everynode/everynode/store"
 )
 
 // joinWait bounds each convergence of the join tests.
@@ -419,31 +421,7 @@ func freeAddr(t *testing.T) string {
 // it can be restarted where its agents expect it.
 func startServerAt(t *testing.T, dataDir, listen, gossipAddr string) *runningServer {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	s := &runningServer{cancel: cancel, done: make(chan error, 1), out: &syncBuffer{}, log: &syncBuffer{},
-		kubeconfig: filepath.Join(dataDir, cli.AdminKubeconfigFile)}
-	_ = os.Remove(s.kubeconfig)
-	m := &cli.Main{Getenv: func(string) string { return "" }}
-	go func() {
-		s.done <- m.Run(ctx, []string{"server", "--data-dir", dataDir, "--listen", listen, "--no-agent",
-			"--gossip", gossipAddr, "--gossip-profile", "local", "--log-level", "warn"}, nil, s.out, s.log)
-	}()
-	t.Cleanup(func() { s.stop(t) })
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		if _, err := os.Stat(s.kubeconfig); err == nil {
-			return s
-		}
-		select {
-		case err := <-s.done:
-			s.done <- err
-			t.Fatalf("server exited before it was ready: %v\nlog:\n%s", err, s.log.String())
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s after 60s; log:\n%s", s.kubeconfig, s.log.String())
-		}
-	}
+	return startServerArgs(t, dataDir, "--listen", listen, "--no-agent", "--gossip", gossipAddr, "--gossip-profile", "local", "--log-level", "warn")
 }
 
 // TestAgentOfflineRestart: an agent restarted while the server is down
@@ -523,4 +501,94 @@ func waitPodRunning(t *testing.T, c client.Interface, name string, uid types.UID
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// startServerArgs runs "everynode server" with args (plus --data-dir) and
+// waits for its kubeconfig.
+func startServerArgs(t *testing.T, dataDir string, args ...string) *runningServer {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &runningServer{cancel: cancel, done: make(chan error, 1), out: &syncBuffer{}, log: &syncBuffer{},
+		kubeconfig: filepath.Join(dataDir, cli.AdminKubeconfigFile)}
+	_ = os.Remove(s.kubeconfig) // an earlier run's names its old port
+	m := &cli.Main{Getenv: func(string) string { return "" }}
+	go func() {
+		s.done <- m.Run(ctx, append([]string{"server", "--data-dir", dataDir}, args...), nil, s.out, s.log)
+	}()
+	t.Cleanup(func() { s.stop(t) })
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if _, err := os.Stat(s.kubeconfig); err == nil {
+			return s
+		}
+		select {
+		case err := <-s.done:
+			s.done <- err
+			t.Fatalf("server exited before it was ready: %v\nlog:\n%s", err, s.log.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s after 60s; log:\n%s", s.kubeconfig, s.log.String())
+		}
+	}
+}
+
+// TestTwoServersOneLeader: two servers on one etcd (sharing the cluster's
+// key material, as documented) run the controllers one at a time; when the
+// leader stops, the other takes over.
+func TestTwoServersOneLeader(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts embedded etcd")
+	}
+	etcdDir := t.TempDir()
+	etcdURL := "http://" + freeAddr(t)
+	ctx := context.Background()
+	st, err := store.Open(ctx, store.Config{DataDir: etcdDir, ClientURL: etcdURL, CompactInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+
+	dirA, dirB := t.TempDir(), t.TempDir()
+	common := []string{"--listen", "127.0.0.1:0", "--no-agent", "--gossip", "127.0.0.1:0", "--gossip-profile", "local",
+		"--etcd-endpoints", etcdURL, "--log-level", "info"}
+	a := startServerArgs(t, dirA, common...)
+	for _, f := range []string{pki.CACertFile, pki.CAKeyFile, pki.SecretFile} {
+		b, err := os.ReadFile(filepath.Join(dirA, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dirB, f), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b := startServerArgs(t, dirB, common...)
+	if a.joinToken(t) != b.joinToken(t) {
+		t.Fatal("servers sharing the key material have different join tokens")
+	}
+	const leading = "leading: controllers start"
+	waitFor(t, func() bool {
+		return strings.Contains(a.log.String(), leading) || strings.Contains(b.log.String(), leading)
+	}, "a leader")
+	leader, follower := a, b
+	if strings.Contains(b.log.String(), leading) {
+		leader, follower = b, a
+	}
+	if strings.Contains(follower.log.String(), leading) {
+		t.Fatal("both servers lead")
+	}
+	leader.stop(t)
+	start := time.Now()
+	waitFor(t, func() bool { return strings.Contains(follower.log.String(), leading) }, "the other server to lead")
+	t.Logf("the other server leads %s after the leader stopped", time.Since(start).Round(10*time.Millisecond))
+
+	// Its controllers work: a DaemonSet applied through it gets its status.
+	ds := filepath.Join(t.TempDir(), "ds.yaml")
+	os.WriteFile(ds, []byte("apiVersion: apps/v1\nkind: DaemonSet\nmetadata: {name: ha, namespace: default}\nspec:\n  selector: {matchLabels: {app: ha}}\n  template:\n    metadata: {labels: {app: ha}}\n    spec: {containers: [{name: c, image: busybox}]}\n"), 0o600)
+	follower.mustRun(t, "apply", "-f", ds)
+	admin := follower.client(t, "")
+	waitFor(t, func() bool {
+		o, err := admin.Get(ctx, resources.DaemonSets, "default", "ha")
+		return err == nil && o.(*appsv1.DaemonSet).Status.ObservedGeneration == 1
+	}, "the DaemonSet's status from the new leader's controller")
 }
