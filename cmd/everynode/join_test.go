@@ -533,9 +533,21 @@ func startServerArgs(t *testing.T, dataDir string, args ...string) *runningServe
 	}
 }
 
+// gossipAddrOf reads a server's gossip address from its log.
+func gossipAddrOf(t *testing.T, s *runningServer) string {
+	t.Helper()
+	for _, f := range strings.Fields(s.log.String()) {
+		if addr, ok := strings.CutPrefix(f, "gossip="); ok {
+			return addr
+		}
+	}
+	t.Fatalf("no gossip= in the server log:\n%s", s.log.String())
+	return ""
+}
+
 // TestTwoServersOneLeader: two servers on one etcd (sharing the cluster's
-// key material, as documented) run the controllers one at a time; when the
-// leader stops, the other takes over.
+// key material, as documented) form one gossip pool through etcd, and run
+// the controllers one at a time; when the leader stops, the other takes over.
 func TestTwoServersOneLeader(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts embedded etcd")
@@ -566,6 +578,27 @@ func TestTwoServersOneLeader(t *testing.T) {
 	if a.joinToken(t) != b.joinToken(t) {
 		t.Fatal("servers sharing the key material have different join tokens")
 	}
+	// The servers find each other's gossip members through etcd: one pool.
+	_, key, _ := func() (string, []byte, []string) {
+		dir := t.TempDir()
+		startAgent(t, a, "w-ha", dir)
+		waitNodeReady(t, a.client(t, ""), "w-ha", corev1.ConditionTrue, joinWait)
+		return savedCredentials(t, dir)
+	}()
+	probe := newMember(t, "w-ha-probe", key)
+	waitFor(t, func() bool {
+		if _, err := probe.Join([]string{gossipAddrOf(t, b)}); err != nil {
+			return false
+		}
+		servers := 0
+		for _, mi := range probe.Members() {
+			if mi.State == gossip.Alive && mi.Meta.Role == gossip.RoleServer {
+				servers++
+			}
+		}
+		return servers == 2 && slices.Contains(memberNames(probe), "w-ha")
+	}, "server B's gossip pool to hold server A and A's agent")
+
 	const leading = "leading: controllers start"
 	waitFor(t, func() bool {
 		return strings.Contains(a.log.String(), leading) || strings.Contains(b.log.String(), leading)

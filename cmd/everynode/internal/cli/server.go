@@ -109,8 +109,8 @@ func splitList(s string) []string {
 //  7. campaign for the controllers' leadership (etcd election) and run the
 //     controllers while leading, fed by the gossip membership,
 //  8. run the local agent against the server's own URL with its node token,
-//  9. on ctx end: stop the agent, leave the gossip pool, stop the
-//     controllers, close the member, stop the API, close the store. If the
+//  9. on ctx end: stop the agent, stop the controllers, leave the gossip
+//     pool, close the member, stop the API, close the store. If the
 //     embedded etcd, the API or the local agent fails, the same shutdown
 //     runs and Run returns the failure.
 func (c *ServerCommand) Run(ctx context.Context, args []string, std IO) error {
@@ -247,10 +247,14 @@ func (c *ServerCommand) Run(ctx context.Context, args []string, std IO) error {
 	defer stopCtrl()
 	var ctrlWG sync.WaitGroup
 	ms := newMembership(member)
-	ctrlWG.Add(2)
+	ctrlWG.Add(3)
 	go func() {
 		defer ctrlWG.Done()
 		ms.run(ctrlCtx)
+	}()
+	go func() {
+		defer ctrlWG.Done()
+		joinServerPeers(ctrlCtx, st.Client(), member, memberName, log.With("component", "gossip"))
 	}()
 	identity := randomSuffix(hostnameOr("server"))
 	go func() {
@@ -300,13 +304,13 @@ func (c *ServerCommand) Run(ctx context.Context, args []string, std IO) error {
 				log.Warn("local agent stopped with an error", "err", err)
 			}
 		}
+		stopCtrl() // controllers, and joining other servers' members
+		ctrlWG.Wait()
 		if c.agent.leaveOnStop {
 			if err := member.Leave(leaveTimeout); err != nil {
 				log.Warn("gossip leave failed", "err", err)
 			}
 		}
-		stopCtrl()
-		ctrlWG.Wait()
 		member.Close()
 		return shutdown()
 	}
