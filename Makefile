@@ -38,4 +38,4 @@ clean:
 	rm -rf bin bench.out
 
 # Example images (make images) and the demo live with the examples.
-include examples/images.mk
+include examples/demo.mk

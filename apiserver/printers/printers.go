@@ -179,11 +179,11 @@ func nodeCells(n *corev1.Node, now time.Time) []any {
 		if c.Type != corev1.NodeReady {
 			continue
 		}
-		switch c.Status {
-		case corev1.ConditionTrue:
+		// As upstream printNode: any Ready status but True (False or
+		// Unknown) prints NotReady; only a missing condition prints Unknown.
+		status = "NotReady"
+		if c.Status == corev1.ConditionTrue {
 			status = "Ready"
-		case corev1.ConditionFalse:
-			status = "NotReady"
 		}
 	}
 	if n.Spec.Unschedulable {

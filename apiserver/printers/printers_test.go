@@ -114,3 +114,28 @@ func TestCellsMatchColumns(t *testing.T) {
 		t.Errorf("daemonset cells %v", c)
 	}
 }
+
+func TestNodeStatusCell(t *testing.T) {
+	cond := func(s corev1.ConditionStatus) []corev1.NodeCondition {
+		return []corev1.NodeCondition{{Type: corev1.NodeMemoryPressure, Status: corev1.ConditionFalse}, {Type: corev1.NodeReady, Status: s}}
+	}
+	for _, tc := range []struct {
+		name          string
+		conditions    []corev1.NodeCondition
+		unschedulable bool
+		want          string
+	}{
+		{"ready", cond(corev1.ConditionTrue), false, "Ready"},
+		{"not ready", cond(corev1.ConditionFalse), false, "NotReady"},
+		{"unknown prints NotReady as upstream", cond(corev1.ConditionUnknown), false, "NotReady"},
+		{"no Ready condition", nil, false, "Unknown"},
+		{"cordoned", cond(corev1.ConditionTrue), true, "Ready,SchedulingDisabled"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := &corev1.Node{Spec: corev1.NodeSpec{Unschedulable: tc.unschedulable}, Status: corev1.NodeStatus{Conditions: tc.conditions}}
+			if got := nodeCells(n, now)[1]; got != tc.want {
+				t.Errorf("status cell = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
