@@ -98,7 +98,7 @@ var errPinMismatch = errors.New("the server's CA does not match the join token (
 func obtainCredentials(ctx context.Context, server, token, node, dataDir string) (*credentials, bool, error) {
 	caHash, secret, err := client.ParseJoinToken(token)
 	if err != nil {
-		return nil, false, withFix(fmt.Errorf("invalid --token: %w", err), "copy the join-token file from the server's data dir")
+		return nil, false, fmt.Errorf("join refused: invalid join token: %w", err)
 	}
 	saved, _ := loadCredentials(dataDir)
 	if saved != nil && (saved.Server != server || saved.CAHash != caHash || saved.NodeName != node) {
