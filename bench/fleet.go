@@ -141,6 +141,11 @@ type Result struct {
 	HeapAgentsMB     float64 `json:"heap_agents_mb"`
 	// AgentRSSMB is one agent process alone, idle (fake runtime).
 	AgentRSSMB float64 `json:"agent_rss_mb,omitempty"`
+	// AgentAnonMB is its anonymous memory (heap, stacks: its own) and
+	// AgentFileMB its resident pages of the executable (the one everynode
+	// binary, server included; shared with other processes running it).
+	AgentAnonMB float64 `json:"agent_anon_mb,omitempty"`
+	AgentFileMB float64 `json:"agent_file_mb,omitempty"`
 
 	Notes []string `json:"notes,omitempty"`
 }
@@ -263,9 +268,11 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		cfg.Measuring(false)
 	}
 	if cfg.AgentProcess != nil {
-		if res.AgentRSSMB, err = agentProcessRSS(ctx, srv, dir, cfg); err != nil {
+		m, err := agentProcessRSS(ctx, srv, dir, cfg)
+		if err != nil {
 			return nil, err
 		}
+		res.AgentRSSMB, res.AgentAnonMB, res.AgentFileMB = m.rss, m.anon, m.file
 		log.Info("agent process", "rss_mb", res.AgentRSSMB)
 	}
 	res.LoadAvgEnd = loadAvg()

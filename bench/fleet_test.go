@@ -70,7 +70,7 @@ func TestRunSmallFleet(t *testing.T) {
 		{"status latency sampled", res.StatusSamples > 0 && res.StatusP50Ms > 0 && res.StatusP99Ms >= res.StatusP50Ms},
 		{"server RSS read", res.ServerRSSMB > 0},
 		{"heap read", res.HeapMB > 0},
-		{"agent process RSS read", res.AgentRSSMB > 0},
+		{"agent process RSS read", res.AgentRSSMB > 0 && res.AgentAnonMB > 0 && res.AgentAnonMB <= res.AgentRSSMB},
 		{"load average read", res.LoadAvgStart != "" && res.LoadAvgEnd != ""},
 	}
 	for _, c := range checks {

@@ -106,13 +106,19 @@ func ThisMachine() Machine {
 	return m
 }
 
+// agentMem is the memory of the idle agent process, in MiB: VmRSS, and its
+// parts RssAnon (heap, stacks: the process's own) and RssFile (pages of the
+// executable and libraries, shared with any process of the same binary).
+type agentMem struct{ rss, anon, file float64 }
+
 // agentProcessRSS starts one agent process, waits until its Node is Ready,
-// lets it idle, and returns its VmRSS.
-func agentProcessRSS(ctx context.Context, srv *server, dir string, cfg Config) (float64, error) {
+// lets it idle, and returns its memory.
+func agentProcessRSS(ctx context.Context, srv *server, dir string, cfg Config) (agentMem, error) {
+	var m agentMem
 	t := AgentTarget{Server: srv.url, JoinToken: srv.cluster.JoinToken(), CAPEM: srv.cluster.CAPEM(),
 		NodeToken: srv.cluster.NodeToken(AgentProcessNode), NodeName: AgentProcessNode, DataDir: filepath.Join(dir, "agent-process")}
 	if err := os.MkdirAll(t.DataDir, 0o700); err != nil {
-		return 0, fmt.Errorf("bench: agent process dir: %w", err)
+		return m, fmt.Errorf("bench: agent process dir: %w", err)
 	}
 	pctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -120,7 +126,7 @@ func agentProcessRSS(ctx context.Context, srv *server, dir string, cfg Config) (
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	cmd.WaitDelay = 10 * time.Second
 	if err := cmd.Start(); err != nil {
-		return 0, fmt.Errorf("bench: start agent process: %w", err)
+		return m, fmt.Errorf("bench: start agent process: %w", err)
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
@@ -134,21 +140,27 @@ func agentProcessRSS(ctx context.Context, srv *server, dir string, cfg Config) (
 			return ok && ev.Type != watch.Deleted && nodeReady(node), nil
 		})
 	if err != nil {
-		return 0, fmt.Errorf("bench: agent process never became a Ready node: %w", err)
+		return m, fmt.Errorf("bench: agent process never became a Ready node: %w", err)
 	}
 	select {
 	case <-ctx.Done():
-		return 0, ctx.Err()
+		return m, ctx.Err()
 	case err := <-exited:
 		exited <- err
-		return 0, fmt.Errorf("bench: agent process exited: %v", err)
+		return m, fmt.Errorf("bench: agent process exited: %v", err)
 	case <-time.After(cfg.AgentIdle):
 	}
-	kb, err := procStatusKB(cmd.Process.Pid, "VmRSS")
-	if err != nil {
-		return 0, fmt.Errorf("bench: agent process RSS: %w", err)
+	for _, f := range []struct {
+		name string
+		to   *float64
+	}{{"VmRSS", &m.rss}, {"RssAnon", &m.anon}, {"RssFile", &m.file}} {
+		kb, err := procStatusKB(cmd.Process.Pid, f.name)
+		if err != nil {
+			return m, fmt.Errorf("bench: agent process memory: %w", err)
+		}
+		*f.to = float64(kb) / 1024
 	}
-	return float64(kb) / 1024, nil
+	return m, nil
 }
 
 // RunAgentProcess runs one node agent with the fake runtime against

@@ -153,6 +153,8 @@ func printFleet(out io.Writer, r *bench.Result) {
 	f("heap_mb", r.HeapMB, "MiB Go heap in use")
 	f("heap_agents_mb", r.HeapAgentsMB, "MiB heap growth from the agents")
 	f("agent_rss_mb", r.AgentRSSMB, "MiB (one agent process, idle)")
+	f("agent_anon_mb", r.AgentAnonMB, "MiB of it anonymous (heap, stacks)")
+	f("agent_file_mb", r.AgentFileMB, "MiB of it executable pages (shared)")
 	tw.Flush()
 	for _, n := range r.Notes {
 		fmt.Fprintf(out, "note: %s\n", n)
