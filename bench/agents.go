@@ -202,6 +202,7 @@ func (f *fleet) stop() {
 			defer wg.Done()
 			a.cancel()
 			<-a.done
+			a.cancel = nil
 			if a.member != nil {
 				a.member.Close()
 			}

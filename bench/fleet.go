@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/exec"
 	"runtime"
+	"runtime/debug"
+	"runtime/pprof"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -76,6 +79,9 @@ type Config struct {
 	// is created and with false after the last timed phase (rollout or
 	// detect): the window a CPU profile should cover.
 	Measuring func(on bool)
+	// HeapProfile, when set, receives a heap profile of the server alone
+	// (after the agents stopped).
+	HeapProfile io.Writer
 	// Logger; nil discards. Progress lines go to it at info level.
 	Logger *slog.Logger
 }
@@ -139,6 +145,12 @@ type Result struct {
 	HeapMB           float64 `json:"heap_mb"`
 	HeapServerIdleMB float64 `json:"heap_server_idle_mb"`
 	HeapAgentsMB     float64 `json:"heap_agents_mb"`
+	// ServerAloneRSSMB and ServerAloneHeapMB: the process once the
+	// simulated agents were stopped and their memory returned to the OS —
+	// the server with every Node and pod still stored and cached, but
+	// without the agents' connections (a lower bound for the server).
+	ServerAloneRSSMB  float64 `json:"server_alone_rss_mb"`
+	ServerAloneHeapMB float64 `json:"server_alone_heap_mb"`
 	// AgentRSSMB is one agent process alone, idle (fake runtime).
 	AgentRSSMB float64 `json:"agent_rss_mb,omitempty"`
 	// AgentAnonMB is its anonymous memory (heap, stacks: its own) and
@@ -274,6 +286,18 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		}
 		res.AgentRSSMB, res.AgentAnonMB, res.AgentFileMB = m.rss, m.anon, m.file
 		log.Info("agent process", "rss_mb", res.AgentRSSMB)
+	}
+	// The server alone: stop the simulated agents, give their memory back,
+	// and read the process again. The N Nodes and pods stay in etcd and in
+	// the watch caches; the agents' connections and watch streams are gone.
+	fl.stop()
+	debug.FreeOSMemory()
+	res.ServerAloneRSSMB = rssMB(os.Getpid())
+	res.ServerAloneHeapMB = heapMB()
+	if cfg.HeapProfile != nil {
+		if err := pprof.WriteHeapProfile(cfg.HeapProfile); err != nil {
+			log.Warn("heap profile", "err", err)
+		}
 	}
 	res.LoadAvgEnd = loadAvg()
 	return res, nil

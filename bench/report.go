@@ -112,6 +112,9 @@ func Render(w io.Writer, rep Report) {
 	row("Go heap in use / of which the agents (MiB)", "", "", func(r Result) string {
 		return fmt.Sprintf("%.0f / %.0f", r.HeapMB, r.HeapAgentsMB)
 	})
+	row("server alone: RSS / Go heap after the agents stopped (MiB; Nodes and pods still cached, no agent connections)", "", "", func(r Result) string {
+		return fmt.Sprintf("%.0f / %.0f", r.ServerAloneRSSMB, r.ServerAloneHeapMB)
+	})
 	row("**agent_rss_mb** (one `everynode agent --runtime fake` process, idle)", "≤ 20 MiB", "k3s agent ~275 MB", num(func(r Result) float64 { return r.AgentRSSMB }, 1))
 	row("… of which anonymous (heap, stacks) / executable pages (MiB)", "", "", func(r Result) string {
 		return fmt.Sprintf("%.1f / %.1f", r.AgentAnonMB, r.AgentFileMB)

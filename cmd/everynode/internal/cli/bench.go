@@ -43,6 +43,7 @@ func (c *BenchCommand) fleet(ctx context.Context, args []string, std IO) error {
 		nodes                          int
 		asJSON, gsp, rollout, detect   bool
 		cpuProfile, logLevel, agentBin string
+		memProfile                     string
 		idle                           time.Duration
 	)
 	fs := newFlagSet("bench fleet", "bench fleet --nodes N [--json] [--gossip] [--rollout] [--detect] [--cpuprofile FILE]", std.Out)
@@ -52,6 +53,7 @@ func (c *BenchCommand) fleet(ctx context.Context, args []string, std IO) error {
 	fs.BoolVar(&rollout, "rollout", false, "measure an image rollout (maxUnavailable 10%)")
 	fs.BoolVar(&detect, "detect", false, fmt.Sprintf("measure failure detection of a killed node (turns gossip on; up to %d nodes)", bench.MaxGossipNodes))
 	fs.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the measured phases (convergence, rollout, detect) to FILE")
+	fs.StringVar(&memProfile, "memprofile", "", "write a heap profile of the server alone (after the agents stopped) to FILE")
 	fs.StringVar(&logLevel, "log-level", "warn", "log level: debug, info, warn or error")
 	fs.StringVar(&agentBin, "agent-binary", "", "everynode binary run as the separate agent process (default: this one; \"none\" skips agent_rss_mb)")
 	fs.DurationVar(&idle, "agent-idle", bench.DefaultAgentIdle, "how long the separate agent process idles before its RSS is read")
@@ -84,6 +86,14 @@ func (c *BenchCommand) fleet(ctx context.Context, args []string, std IO) error {
 				"--name", t.NodeName, "--data-dir", t.DataDir, "--runtime", "fake",
 				"--gossip", "127.0.0.1:0", "--gossip-profile", "lan", "--log-level", "warn")
 		}
+	}
+	if memProfile != "" {
+		f, err := os.Create(memProfile)
+		if err != nil {
+			return fmt.Errorf("heap profile: %w", err)
+		}
+		defer f.Close()
+		cfg.HeapProfile = f
 	}
 	if cpuProfile != "" {
 		f, err := os.Create(cpuProfile)
@@ -152,6 +162,8 @@ func printFleet(out io.Writer, r *bench.Result) {
 	f("server_rss_mb", r.ServerRSSMB, "MiB (server + simulated agents, one process)")
 	f("heap_mb", r.HeapMB, "MiB Go heap in use")
 	f("heap_agents_mb", r.HeapAgentsMB, "MiB heap growth from the agents")
+	f("server_alone_rss_mb", r.ServerAloneRSSMB, "MiB after the agents stopped (objects still cached; lower bound)")
+	f("server_alone_heap_mb", r.ServerAloneHeapMB, "MiB Go heap then")
 	f("agent_rss_mb", r.AgentRSSMB, "MiB (one agent process, idle)")
 	f("agent_anon_mb", r.AgentAnonMB, "MiB of it anonymous (heap, stacks)")
 	f("agent_file_mb", r.AgentFileMB, "MiB of it executable pages (shared)")
