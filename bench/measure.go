@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -14,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/watch"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/everynode/everynode/client"
@@ -186,14 +188,23 @@ func (s *server) replay(ctx context.Context, seqs map[string][]write) (time.Dura
 			k := floorPrefix + strings.TrimPrefix(key, registryPrefix)
 			for _, w := range seq {
 				var err error
-				switch {
-				case w.delete:
-					_, err = etcd.Delete(ctx, k)
-				case w.create:
-					_, err = etcd.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).
-						Then(clientv3.OpPut(k, string(buf[:w.size]))).Commit()
-				default:
-					_, err = etcd.Put(ctx, k, string(buf[:w.size]))
+				for attempt := 0; ; attempt++ {
+					switch {
+					case w.delete:
+						_, err = etcd.Delete(ctx, k)
+					case w.create:
+						_, err = etcd.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).
+							Then(clientv3.OpPut(k, string(buf[:w.size]))).Commit()
+					default:
+						_, err = etcd.Put(ctx, k, string(buf[:w.size]))
+					}
+					// etcd sheds load when its apply falls far behind its
+					// commit (thousands of writers at once): wait and retry,
+					// as the store's callers would; the wait is part of the floor.
+					if !errors.Is(err, rpctypes.ErrTooManyRequests) || attempt >= 100 {
+						break
+					}
+					time.Sleep(10 * time.Millisecond)
 				}
 				if err != nil {
 					select {
