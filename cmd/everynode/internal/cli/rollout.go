@@ -1,0 +1,349 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/everynode/everynode/client"
+	"github.com/everynode/everynode/resources"
+)
+
+const rolloutUsage = `Usage: everynode rollout SUBCOMMAND ds/NAME [flags]
+
+Subcommands:
+  status   wait for a DaemonSet's rollout to finish, showing each node's pod
+  history  list a DaemonSet's revisions (--revision N shows one)
+  undo     roll back to the previous revision (--to-revision N)
+  restart  replace every pod, one node at a time as the update strategy allows
+`
+
+// RolloutCommand is "everynode rollout status|history|undo|restart".
+type RolloutCommand struct {
+	main *Main
+}
+
+// Run dispatches to the subcommand.
+func (c *RolloutCommand) Run(ctx context.Context, args []string, std IO) error {
+	if len(args) == 0 {
+		fmt.Fprint(std.Err, rolloutUsage)
+		return usageError("rollout needs a subcommand", "use status, history, undo or restart")
+	}
+	switch args[0] {
+	case "-h", "--help", "help":
+		fmt.Fprint(std.Out, rolloutUsage)
+		return nil
+	case "status":
+		return (&RolloutStatusCommand{main: c.main}).Run(ctx, args[1:], std)
+	case "history":
+		return (&RolloutHistoryCommand{main: c.main}).Run(ctx, args[1:], std)
+	case "undo":
+		return (&RolloutUndoCommand{main: c.main}).Run(ctx, args[1:], std)
+	case "restart":
+		return (&RolloutRestartCommand{main: c.main}).Run(ctx, args[1:], std)
+	}
+	return usageError(fmt.Sprintf("unknown rollout subcommand %q", args[0]), "use status, history, undo or restart")
+}
+
+// daemonSetTarget parses the one DaemonSet a rollout verb acts on
+// ("ds/NAME", "ds NAME", "daemonset.apps/NAME").
+func daemonSetTarget(verb string, pos []string) (string, error) {
+	if len(pos) == 0 {
+		return "", usageError("required resource not specified", fmt.Sprintf("use \"everynode rollout %s ds/NAME\"", verb))
+	}
+	r, names, err := splitKindNames(pos)
+	if err != nil {
+		return "", err
+	}
+	if r != resources.DaemonSets {
+		return "", usageError(fmt.Sprintf("no %s viewer has been implemented for %s", verb, r.Kind),
+			"everynode rolls out DaemonSets only: use ds/NAME")
+	}
+	if len(names) != 1 {
+		return "", usageError(fmt.Sprintf("rollout %s takes exactly one DaemonSet, got %d", verb, len(names)), "name one DaemonSet")
+	}
+	return names[0], nil
+}
+
+// RolloutStatusCommand is "everynode rollout status ds/NAME".
+type RolloutStatusCommand struct {
+	main *Main
+
+	clientFlags
+	watch    bool
+	timeout  time.Duration
+	progress bool
+	name     string
+}
+
+func (c *RolloutStatusCommand) parse(args []string, std IO) error {
+	fs := newFlagSet("rollout status", "rollout status ds/NAME [-w=false] [--timeout D] [--nodes=false] [-n NS]", std.Out)
+	c.register(fs.FlagSet)
+	fs.BoolVar(&c.watch, "watch", true, "wait until the rollout finishes (false: print the status once)")
+	fs.BoolVar(&c.watch, "w", true, "shorthand for --watch")
+	fs.DurationVar(&c.timeout, "timeout", 0, "give up after this long (0: wait forever)")
+	fs.BoolVar(&c.progress, "nodes", true, "while waiting, print each node's pod, revision and readiness as it changes")
+	pos, err := fs.parse(args)
+	if err != nil {
+		return err
+	}
+	c.name, err = daemonSetTarget("status", pos)
+	return err
+}
+
+// Run implements the command.
+func (c *RolloutStatusCommand) Run(ctx context.Context, args []string, std IO) error {
+	if err := c.parse(args, std); err != nil {
+		return err
+	}
+	h, err := c.connect(c.main)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	return explainTransport(c.run(ctx, h, std.Out), h.Server())
+}
+
+// daemonSetStatus is kubectl's DaemonSet status viewer, verbatim: the line
+// to print and whether the rollout is done.
+func daemonSetStatus(ds *appsv1.DaemonSet) (string, bool, error) {
+	if ds.Spec.UpdateStrategy.Type != appsv1.RollingUpdateDaemonSetStrategyType {
+		return "", true, fmt.Errorf("rollout status is only available for %s strategy type", appsv1.RollingUpdateStatefulSetStrategyType)
+	}
+	if ds.Generation <= ds.Status.ObservedGeneration {
+		if ds.Status.UpdatedNumberScheduled < ds.Status.DesiredNumberScheduled {
+			return fmt.Sprintf("Waiting for daemon set %q rollout to finish: %d out of %d new pods have been updated...\n", ds.Name, ds.Status.UpdatedNumberScheduled, ds.Status.DesiredNumberScheduled), false, nil
+		}
+		if ds.Status.NumberAvailable < ds.Status.DesiredNumberScheduled {
+			return fmt.Sprintf("Waiting for daemon set %q rollout to finish: %d of %d updated pods are available...\n", ds.Name, ds.Status.NumberAvailable, ds.Status.DesiredNumberScheduled), false, nil
+		}
+		return fmt.Sprintf("daemon set %q successfully rolled out\n", ds.Name), true, nil
+	}
+	return "Waiting for daemon set spec update to be observed...\n", false, nil
+}
+
+// errRolloutTimeout is kubectl's message when --timeout passes.
+var errRolloutTimeout = errors.New("timed out waiting for the condition")
+
+// run watches the DaemonSet (and, for the per-node lines, its pods) until
+// the status viewer says done, printing each new status line.
+func (c *RolloutStatusCommand) run(ctx context.Context, h client.Interface, out io.Writer) error {
+	if c.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.timeout)
+		defer cancel()
+	}
+	ns := c.ns()
+	obj, err := h.Get(ctx, resources.DaemonSets, ns, c.name)
+	if err != nil {
+		return timeoutOr(ctx, err)
+	}
+	ds := obj.(*appsv1.DaemonSet)
+	p := &rolloutPrinter{out: out, progress: c.progress}
+	line, done, err := daemonSetStatus(ds)
+	if err != nil {
+		return err
+	}
+	p.status(line)
+	if done || !c.watch {
+		return nil
+	}
+	dsW, err := h.Watch(ctx, resources.DaemonSets, ns, client.ListOptions{FieldSelector: "metadata.name=" + c.name, ResourceVersion: ds.ResourceVersion})
+	if err != nil {
+		return timeoutOr(ctx, err)
+	}
+	defer func() { dsW.Stop() }()
+	var podEvents <-chan watch.Event
+	tracker := newNodeTracker()
+	if c.progress {
+		sel, err := metav1.LabelSelectorAsSelector(ds.Spec.Selector)
+		if err != nil {
+			return fmt.Errorf("daemon set %q has an invalid selector: %w", ds.Name, err)
+		}
+		podW, err := h.Watch(ctx, resources.Pods, ns, client.ListOptions{LabelSelector: sel.String(), ResourceVersion: "0"})
+		if err != nil {
+			return timeoutOr(ctx, err)
+		}
+		defer podW.Stop()
+		podEvents = podW.ResultChan()
+		tracker.setCurrent(currentRevisionHash(ctx, h, ds))
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return timeoutOr(ctx, ctx.Err())
+		case ev, ok := <-podEvents:
+			if !ok {
+				podEvents = nil // the per-node lines are best effort
+				continue
+			}
+			if pod, ok := ev.Object.(*corev1.Pod); ok && ownedBy(pod, ds) {
+				for _, l := range tracker.update(pod, ev.Type == watch.Deleted) {
+					p.node(l)
+				}
+			}
+		case ev, ok := <-dsW.ResultChan():
+			if !ok || ev.Type == watch.Error {
+				// The stream ended (server timeout, 410): resume from a fresh read.
+				dsW.Stop()
+				obj, err := h.Get(ctx, resources.DaemonSets, ns, c.name)
+				if err != nil {
+					return timeoutOr(ctx, err)
+				}
+				ds = obj.(*appsv1.DaemonSet)
+				if dsW, err = h.Watch(ctx, resources.DaemonSets, ns, client.ListOptions{FieldSelector: "metadata.name=" + c.name, ResourceVersion: ds.ResourceVersion}); err != nil {
+					return timeoutOr(ctx, err)
+				}
+			} else if ev.Type == watch.Deleted {
+				return fmt.Errorf("daemon set %q was deleted while waiting for its rollout", c.name)
+			} else if d, ok := ev.Object.(*appsv1.DaemonSet); ok {
+				if c.progress && d.Generation != ds.Generation {
+					tracker.setCurrent(currentRevisionHash(ctx, h, d))
+				}
+				ds = d
+			} else {
+				continue
+			}
+			line, done, err := daemonSetStatus(ds)
+			if err != nil {
+				return err
+			}
+			p.status(line)
+			if done {
+				return nil
+			}
+		}
+	}
+}
+
+func timeoutOr(ctx context.Context, err error) error {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return withFix(errRolloutTimeout, "the rollout is still going: run \"everynode rollout status\" again, or look at the pods with \"everynode get pods -o wide\"")
+	}
+	return err
+}
+
+// rolloutPrinter prints kubectl's status lines (each once in a row) and the
+// per-node lines.
+type rolloutPrinter struct {
+	out      io.Writer
+	progress bool
+	last     string
+}
+
+func (p *rolloutPrinter) status(line string) {
+	if line == p.last {
+		return
+	}
+	p.last = line
+	fmt.Fprint(p.out, line)
+}
+
+func (p *rolloutPrinter) node(line string) {
+	if p.progress {
+		fmt.Fprintln(p.out, line)
+	}
+}
+
+// ownedBy reports whether the DaemonSet is the pod's controller.
+func ownedBy(pod *corev1.Pod, ds *appsv1.DaemonSet) bool {
+	ref := metav1.GetControllerOf(pod)
+	return ref != nil && ref.UID == ds.UID
+}
+
+// currentRevisionHash is the controller-revision-hash of the DaemonSet's
+// newest ControllerRevision ("" when unknown).
+func currentRevisionHash(ctx context.Context, h client.Interface, ds *appsv1.DaemonSet) string {
+	revs, err := daemonSetHistory(ctx, h, ds)
+	if err != nil || len(revs) == 0 {
+		return ""
+	}
+	return revs[len(revs)-1].Labels[appsv1.DefaultDaemonSetUniqueLabelKey]
+}
+
+// nodeTracker remembers the line last printed for each node's pod.
+type nodeTracker struct {
+	current string
+	lines   map[string]string // node/pod → last line
+}
+
+func newNodeTracker() *nodeTracker {
+	return &nodeTracker{lines: map[string]string{}}
+}
+
+func (t *nodeTracker) setCurrent(hash string) { t.current = hash }
+
+// update records a pod event and returns the lines to print (none when
+// nothing a reader cares about changed).
+func (t *nodeTracker) update(pod *corev1.Pod, deleted bool) []string {
+	node := pod.Spec.NodeName
+	if node == "" {
+		return nil
+	}
+	line := nodeProgressLine(pod, t.current, deleted)
+	if t.lines[node+"/"+pod.Name] == line {
+		return nil
+	}
+	t.lines[node+"/"+pod.Name] = line
+	return []string{line}
+}
+
+// nodeProgressLine is one per-node line of "everynode rollout status":
+// node, pod, revision hash (marked new when it is the current revision),
+// and the pod's state.
+func nodeProgressLine(pod *corev1.Pod, current string, deleted bool) string {
+	hash := pod.Labels[appsv1.DefaultDaemonSetUniqueLabelKey]
+	rev := orNone(hash)
+	if current != "" {
+		if hash == current {
+			rev += " (new)"
+		} else {
+			rev += " (old)"
+		}
+	}
+	state := "not ready"
+	switch {
+	case deleted:
+		state = "deleted"
+	case pod.DeletionTimestamp != nil:
+		state = "terminating"
+	case podIsReady(pod):
+		state = "ready"
+	case pod.Status.Phase == corev1.PodFailed:
+		state = "failed"
+	default:
+		if w := waitingReason(pod); w != "" {
+			state = "not ready (" + w + ")"
+		}
+	}
+	return fmt.Sprintf("  node %s: pod %s revision %s %s", pod.Spec.NodeName, pod.Name, rev, state)
+}
+
+func podIsReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func waitingReason(p *corev1.Pod) string {
+	var rs []string
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.State.Waiting != nil && cs.State.Waiting.Reason != "" {
+			rs = append(rs, cs.State.Waiting.Reason)
+		}
+	}
+	sort.Strings(rs)
+	return strings.Join(rs, ",")
+}
