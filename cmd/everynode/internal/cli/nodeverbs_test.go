@@ -352,3 +352,38 @@ func TestDrainPlan(t *testing.T) {
 		})
 	}
 }
+
+func TestSetImage(t *testing.T) {
+	ds := &appsv1.DaemonSet{}
+	ds.Name = "agent"
+	ds.Spec.Template.Spec.Containers = []corev1.Container{{Name: "a", Image: "x:1"}, {Name: "b", Image: "y:1"}}
+	ds.Spec.Template.Spec.InitContainers = []corev1.Container{{Name: "init", Image: "z:1"}}
+	tests := []struct {
+		images  map[string]string
+		patch   string
+		wantErr string
+	}{
+		{images: map[string]string{"a": "x:2"}, patch: `{"spec":{"template":{"spec":{"containers":[{"image":"x:2","name":"a"}]}}}}`},
+		{images: map[string]string{"*": "q:1"}, patch: `{"spec":{"template":{"spec":{"containers":[{"image":"q:1","name":"a"},{"image":"q:1","name":"b"}],"initContainers":[{"image":"q:1","name":"init"}]}}}}`},
+		{images: map[string]string{"nope": "q:1"}, wantErr: `unable to find container named "nope"`},
+	}
+	for _, tt := range tests {
+		got, err := setImagePatch(ds, tt.images)
+		if tt.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("%v: err = %v", tt.images, err)
+			}
+			continue
+		}
+		if err != nil || string(got) != tt.patch {
+			t.Fatalf("%v: got %s %v, want %s", tt.images, got, err, tt.patch)
+		}
+	}
+	c := &SetImageCommand{main: NewMain()}
+	if err := c.parse(strings.Fields("image ds/agent a=x:2 -n kube-system"), discard); err != nil || c.name != "agent" || c.images["a"] != "x:2" || c.ns() != "kube-system" {
+		t.Fatalf("parse: %v %+v", err, c)
+	}
+	if err := (&SetImageCommand{main: NewMain()}).parse(strings.Fields("env ds/agent A=1"), discard); err == nil {
+		t.Fatal("set env parsed")
+	}
+}
