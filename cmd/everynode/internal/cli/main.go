@@ -45,6 +45,17 @@ Usage:
   everynode describe KIND NAME         show an object in detail, with its events
   everynode delete KIND NAME...        delete objects
   everynode logs POD [-c C] [-f]       print (or follow) a container's output
+  everynode set image ds/NAME CONTAINER=IMAGE
+                                       change a DaemonSet's container image
+  everynode rollout status|history|undo|restart ds/NAME
+                                       follow, list, roll back or restart a DaemonSet's rollout
+  everynode label|annotate KIND NAME k=v k2- [--overwrite]
+                                       set or remove labels or annotations
+  everynode taint node NAME k=v:Effect | k:Effect-
+                                       add or remove a node's taints
+  everynode cordon|uncordon NODE       mark a node (un)schedulable
+  everynode drain NODE [--ignore-daemonsets] [--force]
+                                       cordon a node and delete its non-DaemonSet pods
   everynode version                    print client and server versions
 
 KIND is a resource name or short name: daemonsets (ds), pods (po), nodes (no),
@@ -82,6 +93,22 @@ func (m *Main) Run(ctx context.Context, args []string, stdin io.Reader, stdout, 
 		return (&LogsCommand{main: m}).Run(ctx, rest, std)
 	case "version":
 		return (&VersionCommand{main: m}).Run(ctx, rest, std)
+	case "rollout":
+		return (&RolloutCommand{main: m}).Run(ctx, rest, std)
+	case "label":
+		return (&LabelCommand{main: m}).Run(ctx, rest, std)
+	case "annotate":
+		return (&LabelCommand{main: m, annotate: true}).Run(ctx, rest, std)
+	case "taint":
+		return (&TaintCommand{main: m}).Run(ctx, rest, std)
+	case "cordon":
+		return (&CordonCommand{main: m}).Run(ctx, rest, std)
+	case "uncordon":
+		return (&CordonCommand{main: m, uncordon: true}).Run(ctx, rest, std)
+	case "drain":
+		return (&DrainCommand{main: m}).Run(ctx, rest, std)
+	case "set":
+		return (&SetImageCommand{main: m}).Run(ctx, rest, std)
 	case "bench":
 		return (&BenchCommand{}).Run(ctx, rest, std)
 	}
