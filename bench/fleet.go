@@ -136,7 +136,7 @@ type Result struct {
 	StatusSamples int     `json:"status_samples"`
 
 	// ServerRSSMB is this process's VmRSS after convergence: the server AND
-	// the simulated agents. HeapMB is the Go heap in use then;
+	// the simulated agents. HeapMB is the live Go heap then (after a collection);
 	// HeapServerIdleMB before any agent started; HeapAgentsMB the growth
 	// from starting and registering the agents (their state, their watch
 	// streams on both ends), so HeapMB − HeapAgentsMB approximates the
@@ -151,6 +151,9 @@ type Result struct {
 	// without the agents' connections (a lower bound for the server).
 	ServerAloneRSSMB  float64 `json:"server_alone_rss_mb"`
 	ServerAloneHeapMB float64 `json:"server_alone_heap_mb"`
+	// ServerAloneFileMB is the file-backed part of ServerAloneRSSMB: the
+	// executable's pages and etcd's memory-mapped database.
+	ServerAloneFileMB float64 `json:"server_alone_file_mb"`
 	// AgentRSSMB is one agent process alone, idle (fake runtime).
 	AgentRSSMB float64 `json:"agent_rss_mb,omitempty"`
 	// AgentAnonMB is its anonymous memory (heap, stacks: its own) and
@@ -293,6 +296,9 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	fl.stop()
 	debug.FreeOSMemory()
 	res.ServerAloneRSSMB = rssMB(os.Getpid())
+	if kb, err := procStatusKB(os.Getpid(), "RssFile"); err == nil {
+		res.ServerAloneFileMB = float64(kb) / 1024
+	}
 	res.ServerAloneHeapMB = heapMB()
 	if cfg.HeapProfile != nil {
 		if err := pprof.WriteHeapProfile(cfg.HeapProfile); err != nil {
@@ -449,9 +455,11 @@ func waitNodesReady(ctx context.Context, c client.Interface, n int, timeout time
 	})
 }
 
+// heapMB is the live Go heap right after a collection (HeapAlloc then
+// counts reachable objects only, not the fragmentation HeapInuse keeps).
 func heapMB() float64 {
 	runtime.GC()
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
-	return float64(m.HeapInuse) / (1 << 20)
+	return float64(m.HeapAlloc) / (1 << 20)
 }

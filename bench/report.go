@@ -109,11 +109,11 @@ func Render(w io.Writer, rep Report) {
 		return fmt.Sprintf("%.1f / %.1f", r.StatusP50Ms, r.StatusP99Ms)
 	})
 	row("**server_rss_mb** (whole process: server + simulated agents)", "≤ 100 MiB at 1,000", "k3s server 1.4–1.6 GB", num(func(r Result) float64 { return r.ServerRSSMB }, 0))
-	row("Go heap in use / of which the agents (MiB)", "", "", func(r Result) string {
+	row("live Go heap / of which the agents (MiB)", "", "", func(r Result) string {
 		return fmt.Sprintf("%.0f / %.0f", r.HeapMB, r.HeapAgentsMB)
 	})
-	row("server alone: RSS / Go heap after the agents stopped (MiB; Nodes and pods still cached, no agent connections)", "", "", func(r Result) string {
-		return fmt.Sprintf("%.0f / %.0f", r.ServerAloneRSSMB, r.ServerAloneHeapMB)
+	row("server alone, after the agents stopped: RSS / file-backed part / live Go heap (MiB; Nodes and pods still stored and cached)", "", "", func(r Result) string {
+		return fmt.Sprintf("%.0f / %.0f / %.0f", r.ServerAloneRSSMB, r.ServerAloneFileMB, r.ServerAloneHeapMB)
 	})
 	row("**agent_rss_mb** (one `everynode agent --runtime fake` process, idle)", "≤ 20 MiB", "k3s agent ~275 MB", num(func(r Result) float64 { return r.AgentRSSMB }, 1))
 	row("… of which anonymous (heap, stacks) / executable pages (MiB)", "", "", func(r Result) string {
