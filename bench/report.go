@@ -56,7 +56,11 @@ func Render(w io.Writer, rep Report) {
 	rs := rep.Results
 	p("## Figures\n\n| | ")
 	for _, r := range rs {
-		p("%d nodes | ", r.Nodes)
+		if r.Gossip {
+			p("%d nodes, gossip | ", r.Nodes)
+		} else {
+			p("%d nodes | ", r.Nodes)
+		}
 	}
 	p("target | others (anchors) |\n|---|")
 	for range rs {
@@ -117,6 +121,9 @@ func Render(w io.Writer, rep Report) {
 	})
 	row("**agent_rss_mb** (one `everynode agent --runtime fake` process, idle)", "≤ 20 MiB", "k3s agent ~275 MB", num(func(r Result) float64 { return r.AgentRSSMB }, 1))
 	row("… of which anonymous (heap, stacks) / executable pages (MiB)", "", "", func(r Result) string {
+		if r.AgentRSSMB == 0 {
+			return "–"
+		}
 		return fmt.Sprintf("%.1f / %.1f", r.AgentAnonMB, r.AgentFileMB)
 	})
 
@@ -135,6 +142,16 @@ func Render(w io.Writer, rep Report) {
 			} else {
 				p("- %s at %d nodes: %.2f %s > %g %s — **missed** by %.2f %s (%.1f× the target).\n", t.name, r.Nodes, v, t.unit, t.limit, t.unit, v-t.limit, t.unit, v/t.limit)
 			}
+		}
+	}
+	for _, r := range rs {
+		if r.Nodes == 1000 && r.ServerAloneRSSMB > 0 {
+			p("- server_rss_mb counts the 1,000 simulated agents too. The server alone, after they stopped: RSS %.0f MiB (%.0f MiB file-backed: executable pages and etcd's memory-mapped database), live Go heap %.0f MiB.\n",
+				r.ServerAloneRSSMB, r.ServerAloneFileMB, r.ServerAloneHeapMB)
+		}
+		if r.AgentAnonMB > 0 && r.AgentRSSMB > 20 {
+			p("- agent_rss_mb (%d-node run): %.1f MiB of which %.1f MiB anonymous (the agent's own heap and stacks) and %.1f MiB resident pages of the shared executable.\n",
+				r.Nodes, r.AgentRSSMB, r.AgentAnonMB, r.AgentFileMB)
 		}
 	}
 	var notes []string
