@@ -3,16 +3,19 @@ package apiserver
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/yaml"
 
 	"github.com/everynode/everynode/resources"
@@ -288,7 +291,13 @@ func (s *Server) deleteOptions(w http.ResponseWriter, req *http.Request) (*metav
 	if err != nil {
 		return nil, err
 	}
-	if len(bytes.TrimSpace(body)) > 0 {
+	switch {
+	case strings.HasPrefix(req.Header.Get("Content-Type"), protobufContentType):
+		// kubectl's typed clients (drain) send the body as protobuf.
+		if opts, err = decodeProtobufDeleteOptions(body); err != nil {
+			return nil, apierrors.NewBadRequest(fmt.Sprintf("decoding DeleteOptions: %v", err))
+		}
+	case len(bytes.TrimSpace(body)) > 0:
 		if err := yaml.Unmarshal(body, opts); err != nil {
 			return nil, apierrors.NewBadRequest(fmt.Sprintf("decoding DeleteOptions: %v", err))
 		}
@@ -313,6 +322,31 @@ func (s *Server) deleteOptions(w http.ResponseWriter, req *http.Request) (*metav
 		opts.OrphanDependents = &b
 	}
 	opts.DryRun = append(opts.DryRun, q["dryRun"]...)
+	return opts, nil
+}
+
+// protobufContentType is Kubernetes' protobuf encoding, which typed
+// clients may use for request bodies.
+const protobufContentType = "application/vnd.kubernetes.protobuf"
+
+// decodeProtobufDeleteOptions decodes a protobuf-encoded DeleteOptions: the
+// "k8s\x00" magic, then a runtime.Unknown whose raw bytes are the object.
+func decodeProtobufDeleteOptions(body []byte) (*metav1.DeleteOptions, error) {
+	opts := &metav1.DeleteOptions{}
+	if len(body) == 0 {
+		return opts, nil
+	}
+	magic := []byte("k8s\x00")
+	if !bytes.HasPrefix(body, magic) {
+		return nil, errors.New("protobuf body without the k8s magic prefix")
+	}
+	var u runtime.Unknown
+	if err := u.Unmarshal(body[len(magic):]); err != nil {
+		return nil, fmt.Errorf("protobuf envelope: %w", err)
+	}
+	if err := opts.Unmarshal(u.Raw); err != nil {
+		return nil, fmt.Errorf("protobuf DeleteOptions: %w", err)
+	}
 	return opts, nil
 }
 
