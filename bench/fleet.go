@@ -69,6 +69,9 @@ type Config struct {
 	// AgentProcess, when set, builds the command of one agent process (fake
 	// runtime) whose idle RSS is measured; nil skips agent_rss_mb.
 	AgentProcess func(ctx context.Context, t AgentTarget) *exec.Cmd
+	// Soak keeps the fleet running this long after the timed phases, so
+	// FalseNotReady covers a longer window; 0: none.
+	Soak time.Duration
 	// AgentIdle is how long that process idles first (DefaultAgentIdle).
 	AgentIdle time.Duration
 	// Dir is where the temporary directory is made; "" is os.TempDir.
@@ -281,6 +284,14 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	}
 	if cfg.Measuring != nil {
 		cfg.Measuring(false)
+	}
+	if cfg.Soak > 0 {
+		log.Info("soaking: the fleet idles while Node readiness is watched", "for", cfg.Soak)
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(cfg.Soak):
+		}
 	}
 	if cfg.AgentProcess != nil {
 		m, err := agentProcessRSS(ctx, srv, dir, cfg)

@@ -44,7 +44,7 @@ func (c *BenchCommand) fleet(ctx context.Context, args []string, std IO) error {
 		asJSON, gsp, rollout, detect   bool
 		cpuProfile, logLevel, agentBin string
 		memProfile                     string
-		idle                           time.Duration
+		idle, soak                     time.Duration
 	)
 	fs := newFlagSet("bench fleet", "bench fleet --nodes N [--json] [--gossip] [--rollout] [--detect] [--cpuprofile FILE]", std.Out)
 	fs.IntVar(&nodes, "nodes", 100, "number of simulated nodes")
@@ -56,6 +56,7 @@ func (c *BenchCommand) fleet(ctx context.Context, args []string, std IO) error {
 	fs.StringVar(&memProfile, "memprofile", "", "write a heap profile of the server alone (after the agents stopped) to FILE")
 	fs.StringVar(&logLevel, "log-level", "warn", "log level: debug, info, warn or error")
 	fs.StringVar(&agentBin, "agent-binary", "", "everynode binary run as the separate agent process (default: this one; \"none\" skips agent_rss_mb)")
+	fs.DurationVar(&soak, "soak", 0, "keep the fleet running this long after the timed phases, counting false NotReady")
 	fs.DurationVar(&idle, "agent-idle", bench.DefaultAgentIdle, "how long the separate agent process idles before its RSS is read")
 	pos, err := fs.parse(args)
 	if err != nil {
@@ -72,7 +73,7 @@ func (c *BenchCommand) fleet(ctx context.Context, args []string, std IO) error {
 		return usageError(fmt.Sprintf("invalid --log-level %q", logLevel), "use debug, info, warn or error")
 	}
 	log := slog.New(slog.NewTextHandler(std.Err, &slog.HandlerOptions{Level: level}))
-	cfg := bench.Config{Nodes: nodes, Gossip: gsp, Rollout: rollout, Detect: detect, AgentIdle: idle, Logger: log}
+	cfg := bench.Config{Nodes: nodes, Gossip: gsp, Rollout: rollout, Detect: detect, AgentIdle: idle, Soak: soak, Logger: log}
 	if agentBin != "none" {
 		if agentBin == "" {
 			if agentBin, err = os.Executable(); err != nil {
