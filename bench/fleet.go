@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
+	"sync"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -232,14 +233,18 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	falseCtx, stopFalse := context.WithCancel(ctx)
 	falseDone := make(chan int, 1)
 	go func() { falseDone <- countNotReady(falseCtx, srv.local, fl.agents[len(fl.agents)/2].name) }()
-	defer func() {
-		stopFalse()
-		n := <-falseDone
-		if res != nil {
-			res.FalseNotReady = n
-			res.WatchedS = time.Since(watchStart).Seconds()
-		}
-	}()
+	var falseOnce sync.Once
+	endFalseWatch := func() {
+		falseOnce.Do(func() {
+			stopFalse()
+			n := <-falseDone
+			if res != nil {
+				res.FalseNotReady = n
+				res.WatchedS = time.Since(watchStart).Seconds()
+			}
+		})
+	}
+	defer endFalseWatch()
 	if cfg.Measuring != nil {
 		cfg.Measuring(true)
 	}
@@ -301,6 +306,9 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		res.AgentRSSMB, res.AgentAnonMB, res.AgentFileMB = m.rss, m.anon, m.file
 		log.Info("agent process", "rss_mb", res.AgentRSSMB)
 	}
+	// Stopping the agents below makes their Nodes not Ready: stop
+	// counting first.
+	endFalseWatch()
 	// The server alone: stop the simulated agents, give their memory back,
 	// and read the process again. The N Nodes and pods stay in etcd and in
 	// the watch caches; the agents' connections and watch streams are gone.
