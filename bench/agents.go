@@ -5,12 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/net/http2"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
@@ -91,7 +91,7 @@ type simAgent struct {
 // fleet is the simulated nodes of a run.
 type fleet struct {
 	srv    *server
-	tr     *http.Transport
+	tr     *http2.Transport
 	lat    *latencies
 	dials  atomic.Int64 // connections the shared transport opened
 	log    *slog.Logger
@@ -104,7 +104,7 @@ func nodeName(i int) string { return fmt.Sprintf("sim-%05d", i) }
 // are started; registration is awaited separately.
 func startFleet(ctx context.Context, srv *server, n int, useGossip bool, log *slog.Logger) (*fleet, error) {
 	f := &fleet{srv: srv, lat: &latencies{}, log: log, agents: make([]*simAgent, n)}
-	tr, err := srv.transport(&f.dials)
+	tr, err := srv.agentTransport(&f.dials)
 	if err != nil {
 		return nil, err
 	}

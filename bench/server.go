@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/net/http2"
+
 	"github.com/everynode/everynode/apiserver"
 	"github.com/everynode/everynode/apiserver/pki"
 	"github.com/everynode/everynode/client"
@@ -156,6 +158,29 @@ func (s *server) transport(dials *atomic.Int64) (*http.Transport, error) {
 		MaxIdleConnsPerHost: 64,
 		IdleConnTimeout:     90 * time.Second,
 		TLSHandshakeTimeout: 10 * time.Second,
+	}, nil
+}
+
+// agentTransport is the HTTP/2 transport the simulated agents share. Unlike
+// net/http's, whose every request dials when no connection is ready (a
+// thousand agents starting at once opened thousands of TLS connections),
+// it has one dial in flight at a time and opens another connection only when
+// the open ones carry as many streams as the server allows. dials counts its
+// connections.
+func (s *server) agentTransport(dials *atomic.Int64) (*http2.Transport, error) {
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(s.cluster.CAPEM()) {
+		return nil, errors.New("bench: CA holds no certificate")
+	}
+	nd := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
+	return &http2.Transport{
+		TLSClientConfig: &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool, NextProtos: []string{"h2"}},
+		DialTLSContext: func(ctx context.Context, network, addr string, cfg *tls.Config) (net.Conn, error) {
+			dials.Add(1)
+			d := &tls.Dialer{NetDialer: nd, Config: cfg}
+			return d.DialContext(ctx, network, addr)
+		},
+		ReadIdleTimeout: 30 * time.Second,
 	}, nil
 }
 
