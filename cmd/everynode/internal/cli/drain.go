@@ -91,12 +91,15 @@ func (c *DrainCommand) drain(ctx context.Context, h client.Interface, node strin
 	if err != nil {
 		return err
 	}
-	for _, w := range plan.warnings() {
-		fmt.Fprintf(std.Err, "Warning: %s\n", w)
-	}
 	if errs := plan.errors(); len(errs) > 0 {
-		return withFix(fmt.Errorf("unable to drain node %q due to error: %s", node, strings.Join(errs, "; ")),
-			fmt.Sprintf("the node stays cordoned; fix the cause and run \"everynode drain %s\" again, or \"everynode uncordon %s\"", node, node))
+		// kubectl's report: the errors, the pending node, then the errors again.
+		fmt.Fprintf(std.Err, "error: unable to drain node %q due to error: [%s], continuing command...\n", node, strings.Join(errs, ", "))
+		fmt.Fprintf(std.Err, "There are pending nodes to be drained:\n %s\n", node)
+		return withFix(errors.New(strings.Join(errs, "; ")),
+			fmt.Sprintf("node %s stays cordoned: fix the cause and drain it again, or \"everynode uncordon %s\"", node, node))
+	}
+	if ws := plan.warnings(); len(ws) > 0 {
+		fmt.Fprintf(std.Err, "Warning: %s\n", strings.Join(ws, "; "))
 	}
 	del := plan.toDelete()
 	for _, p := range del {
@@ -152,7 +155,7 @@ const (
 	daemonSetWarning    = "ignoring DaemonSet-managed Pods"
 	localStorageFatal   = "Pods with local storage (use --delete-emptydir-data to override)"
 	localStorageWarning = "deleting Pods with local storage"
-	unmanagedFatal      = "Pods declare no controller (use --force to override)"
+	unmanagedFatal      = "Pods that declare no controller (use --force to override)"
 	unmanagedWarning    = "deleting Pods that declare no controller"
 	mirrorWarning       = "ignoring static (mirror) Pods, which the node's agent owns"
 )

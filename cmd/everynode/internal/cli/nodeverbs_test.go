@@ -317,7 +317,7 @@ func TestDrainPlan(t *testing.T) {
 			},
 			errors: []string{
 				"cannot delete DaemonSet-managed Pods (use --ignore-daemonsets to ignore): default/ds-pod",
-				"cannot delete Pods declare no controller (use --force to override): default/bare",
+				"cannot delete Pods that declare no controller (use --force to override): default/bare",
 				"cannot delete Pods with local storage (use --delete-emptydir-data to override): default/scratch",
 				`cannot delete daemonsets.apps "gone" not found: default/gone-ds-pod`,
 			},

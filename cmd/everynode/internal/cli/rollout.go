@@ -175,7 +175,7 @@ func (c *RolloutStatusCommand) run(ctx context.Context, h client.Interface, out 
 		}
 		defer podW.Stop()
 		podEvents = podW.ResultChan()
-		tracker.setCurrent(currentRevisionHash(ctx, h, ds))
+		tracker.observe(ctx, h, ds)
 	}
 	for {
 		select {
@@ -206,10 +206,10 @@ func (c *RolloutStatusCommand) run(ctx context.Context, h client.Interface, out 
 			} else if ev.Type == watch.Deleted {
 				return fmt.Errorf("daemon set %q was deleted while waiting for its rollout", c.name)
 			} else if d, ok := ev.Object.(*appsv1.DaemonSet); ok {
-				if c.progress && d.Generation != ds.Generation {
-					tracker.setCurrent(currentRevisionHash(ctx, h, d))
-				}
 				ds = d
+				if c.progress {
+					tracker.observe(ctx, h, ds)
+				}
 			} else {
 				continue
 			}
@@ -272,8 +272,23 @@ func currentRevisionHash(ctx context.Context, h client.Interface, ds *appsv1.Dae
 
 // nodeTracker remembers the line last printed for each node's pod.
 type nodeTracker struct {
-	current string
+	current string            // hash of the current revision, "" while unknown
+	gen     int64             // the DaemonSet generation current belongs to
 	lines   map[string]string // node/pod → last line
+}
+
+// observe learns the current revision once the controller has observed the
+// DaemonSet's generation (before that, its newest ControllerRevision may
+// still be the previous template's).
+func (t *nodeTracker) observe(ctx context.Context, h client.Interface, ds *appsv1.DaemonSet) {
+	if ds.Generation == t.gen {
+		return
+	}
+	if ds.Status.ObservedGeneration < ds.Generation {
+		t.current = ""
+		return
+	}
+	t.current, t.gen = currentRevisionHash(ctx, h, ds), ds.Generation
 }
 
 func newNodeTracker() *nodeTracker {
