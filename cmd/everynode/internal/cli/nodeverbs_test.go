@@ -387,3 +387,33 @@ func TestSetImage(t *testing.T) {
 		t.Fatal("set env parsed")
 	}
 }
+
+// TestCLIVerbsRegistered runs each new verb through Main.Run far enough to
+// fail on its arguments, which shows it is wired to its command.
+func TestCLIVerbsRegistered(t *testing.T) {
+	tests := []struct {
+		args, wantErr string
+	}{
+		{"rollout", "rollout needs a subcommand"},
+		{"rollout status", "required resource not specified"},
+		{"rollout history po/x", "no history viewer has been implemented for Pod"},
+		{"rollout undo ds/a ds/b", "exactly one DaemonSet"},
+		{"rollout restart", "required resource not specified"},
+		{"label node n1", "at least one label update is required"},
+		{"annotate node n1", "at least one annotation update is required"},
+		{"taint node n1", "at least one taint update is required"},
+		{"cordon", "USAGE: cordon NODE"},
+		{"uncordon", "USAGE: uncordon NODE"},
+		{"drain", "USAGE: drain NODE"},
+		{"set env ds/a", `set supports only "set image"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.args, func(t *testing.T) {
+			var out, errb bytes.Buffer
+			err := NewMain().Run(context.Background(), strings.Fields(tt.args), strings.NewReader(""), &out, &errb)
+			if err == nil || !strings.Contains(FormatError(err), tt.wantErr) {
+				t.Fatalf("err = %v, want %q", err, tt.wantErr)
+			}
+		})
+	}
+}
