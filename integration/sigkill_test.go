@@ -45,6 +45,10 @@ const (
 	// sigkillSeedEnv, when set, replaces the time-based seed of the kill
 	// points (and of the strategy order), to replay a failure.
 	sigkillSeedEnv = "EVERYNODE_SIGKILL_SEED"
+	// sigkillTraceEnv, when set, logs every iteration's trace (what the
+	// watcher saw, with times since the template change), not only a
+	// failed one's.
+	sigkillTraceEnv = "EVERYNODE_SIGKILL_TRACE"
 )
 
 // TestSIGKILLServerDuringRollout is issue 3's crash test, with processes:
@@ -114,17 +118,26 @@ func TestSIGKILLServerDuringRollout(t *testing.T) {
 		<-w.done
 	})
 
+	if err := srv.waitLeading(30 * time.Second); err != nil {
+		t.Fatal(err)
+	}
 	started := time.Now()
-	var killDelays, restarts, rollouts []time.Duration
+	var killDelays, restarts, leads, rollouts []time.Duration
+	midRollout := 0
 	for i := 1; i <= sigkillIterations; i++ {
-		surge := i%2 == 1
 		bound := 1
-		if surge {
-			bound = 2
+		if i%2 == 1 {
+			bound = 2 // maxSurge 1
 		}
 		w.begin(i, bound)
 		image := sigkillImage(i)
-		killAfter := time.Duration(rng.IntN(int(sigkillMaxKillDelay/time.Millisecond)+1)) * time.Millisecond
+		// The kill point: after a random number of the rollout's pod
+		// events (a node's replacement is four: deletion requested, pod
+		// gone, new pod created, new pod ready; in surge order for
+		// maxSurge), plus a random jitter, and at most sigkillMaxKillDelay
+		// after the template change.
+		afterEvents := rng.IntN(4*sigkillAgents + 1)
+		jitter := time.Duration(rng.IntN(21)) * time.Millisecond
 		updated := time.Now()
 		if err := sigkillUpdate(ctx, admin, func(ds *appsv1.DaemonSet) {
 			sigkillStrategy(ds, i)
@@ -132,36 +145,52 @@ func TestSIGKILLServerDuringRollout(t *testing.T) {
 		}); err != nil {
 			t.Fatalf("iteration %d: %v", i, err)
 		}
-		time.Sleep(time.Until(updated.Add(killAfter))) // a random point of the rollout, not an assertion
+		w.waitEvents(afterEvents, updated.Add(sigkillMaxKillDelay))
+		// A random point of the rollout, not an assertion.
+		time.Sleep(min(jitter, time.Until(updated.Add(sigkillMaxKillDelay))))
 		killedAt := time.Since(updated)
-		progress := w.progress(image)
+		progress, complete := w.progress(image)
+		if !complete {
+			midRollout++
+		}
+		w.mark("SIGKILL of server run %d", srv.runs)
 		srv.kill(t)
 		restartBegan := time.Now()
 		srv.start(t)
 		apiBack := time.Since(restartBegan)
-		pods, err := sigkillWaitRollout(ctx, admin, nodes, image, sigkillRolloutWait-time.Since(updated))
-		if err != nil {
-			t.Fatalf("iteration %d (seed %d, %s, killed %s after the update): rollout did not complete within %s: %v\n%s",
-				i, seed, sigkillStrategyName(i), killedAt.Round(time.Millisecond), sigkillRolloutWait, err, sigkillDump(ctx, admin))
-		}
-		complete := time.Since(updated)
-		if err := w.caughtUp(pods, 20*time.Second); err != nil {
+		w.mark("server run %d: API ready", srv.runs)
+		if err := srv.waitLeading(sigkillRolloutWait); err != nil {
 			t.Fatalf("iteration %d: %v", i, err)
 		}
+		leading := time.Since(restartBegan)
+		w.mark("server run %d: controllers leading", srv.runs)
+		pods, err := sigkillWaitRollout(ctx, admin, nodes, image, sigkillRolloutWait-time.Since(updated))
+		if err != nil {
+			t.Fatalf("iteration %d (seed %d, %s, killed %s after the update): rollout did not complete within %s: %v\n%s\nwatcher's trace:\n%s",
+				i, seed, sigkillStrategyName(i), killedAt.Round(time.Millisecond), sigkillRolloutWait, err, sigkillDump(ctx, admin), w.traced())
+		}
+		done := time.Since(updated)
+		if err := w.caughtUp(pods, 20*time.Second); err != nil {
+			t.Fatalf("iteration %d: %v\ntrace:\n%s", i, err, w.traced())
+		}
 		st := w.end()
-		t.Logf("iteration %2d %-18s killed %6s after the update (%s); API back %5s after the restart; rollout complete %6s after the update; watcher: max %d pod(s) on a node, max %d node(s) without a ready pod",
-			i, sigkillStrategyName(i), killedAt.Round(time.Millisecond), progress, apiBack.Round(10*time.Millisecond),
-			complete.Round(10*time.Millisecond), st.maxPods, st.maxWithoutReady)
-		killDelays, restarts, rollouts = append(killDelays, killedAt), append(restarts, apiBack), append(rollouts, complete)
+		if os.Getenv(sigkillTraceEnv) != "" {
+			t.Logf("iteration %d trace (killed at %s):\n%s", i, killedAt.Round(time.Millisecond), w.traced())
+		}
+		t.Logf("iteration %2d %-18s killed %5s after the update (%2d events + %2dms: %s); restart: API %5s, leading %6s; rollout complete %6s after the update; watcher: max %d pod(s) on a node, max %d node(s) without a ready pod",
+			i, sigkillStrategyName(i), killedAt.Round(time.Millisecond), afterEvents, jitter.Milliseconds(), progress,
+			apiBack.Round(10*time.Millisecond), leading.Round(10*time.Millisecond),
+			done.Round(10*time.Millisecond), st.maxPods, st.maxWithoutReady)
+		killDelays, restarts, leads, rollouts = append(killDelays, killedAt), append(restarts, apiBack), append(leads, leading), append(rollouts, done)
 		if v := w.violationsSoFar(); len(v) > 0 {
-			t.Fatalf("iteration %d (seed %d): invariant violated:\n%s\n%s", i, seed, strings.Join(v, "\n"), sigkillDump(ctx, admin))
+			t.Fatalf("iteration %d (seed %d): invariant violated:\n%s\n%s\nwatcher's trace:\n%s", i, seed, strings.Join(v, "\n"), sigkillDump(ctx, admin), w.traced())
 		}
 	}
 	stopWatcher()
 	<-w.done
-	t.Logf("%d crashes in %s; kill points %s; API restart %s; rollout (update → complete, crash included) %s; watcher: %d list(s), %d watch resume(s), %d event(s)",
-		sigkillIterations, time.Since(started).Round(100*time.Millisecond), sigkillSpread(killDelays), sigkillSpread(restarts), sigkillSpread(rollouts),
-		w.lists, w.resumes, w.events)
+	t.Logf("%d crashes (%d in mid-rollout) in %s; kill points %s; restart → API ready %s; restart → controllers leading %s; rollout (update → complete, crash included) %s; watcher: %d list(s), %d watch resume(s), %d event(s)",
+		sigkillIterations, midRollout, time.Since(started).Round(100*time.Millisecond), sigkillSpread(killDelays), sigkillSpread(restarts),
+		sigkillSpread(leads), sigkillSpread(rollouts), w.lists, w.resumes, w.events)
 	if v := w.violationsSoFar(); len(v) > 0 {
 		t.Fatalf("invariant violated (seed %d):\n%s", seed, strings.Join(v, "\n"))
 	}
@@ -395,8 +424,22 @@ func (s *sigkillServer) start(t *testing.T) {
 	}
 	s.runs++
 	s.proc = startProc(t, fmt.Sprintf("server (run %d)", s.runs), s.bin, "server", "--no-agent",
-		"--data-dir", s.dataDir, "--listen", s.listen, "--gossip", s.gossip, "--gossip-profile", "local", "--log-level", "warn")
+		"--data-dir", s.dataDir, "--listen", s.listen, "--gossip", s.gossip, "--gossip-profile", "local", "--log-level", "info")
 	s.proc.waitFile(t, s.kubeconfig(), 60*time.Second)
+}
+
+// waitLeading waits until the server's controllers run: it has won the
+// election, which after a crash means the dead incarnation's lease
+// expired.
+func (s *sigkillServer) waitLeading(within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for !strings.Contains(s.proc.out.String(), "leading: controllers start") {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("server run %d: controllers not leading after %s", s.runs, within)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return nil
 }
 
 // kill sends SIGKILL and waits for the process to be gone.
@@ -421,6 +464,12 @@ type sigkillWatcher struct {
 	iter  int
 	bound int // most pods allowed on a node: 1 + maxSurge
 	stats sigkillStats
+	// began is when the iteration began; trace lists what the watcher
+	// saw since (the iteration's story, shown on failure).
+	began time.Time
+	trace []string
+	// iterEvents counts the iteration's pod events.
+	iterEvents int
 	// violations are the first invariant violations seen.
 	violations             []string
 	lists, resumes, events int
@@ -439,7 +488,42 @@ func newSigkillWatcher(c client.Interface, nodes []string) *sigkillWatcher {
 func (w *sigkillWatcher) begin(i, bound int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.iter, w.bound, w.stats = i, bound, sigkillStats{}
+	w.iter, w.bound, w.stats, w.began, w.trace, w.iterEvents = i, bound, sigkillStats{}, time.Now(), nil, 0
+}
+
+// waitEvents waits until the iteration has seen n pod events, or until
+// the deadline.
+func (w *sigkillWatcher) waitEvents(n int, deadline time.Time) {
+	for time.Now().Before(deadline) {
+		w.mu.Lock()
+		seen := w.iterEvents
+		w.mu.Unlock()
+		if seen >= n {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// traced returns the iteration's trace.
+func (w *sigkillWatcher) traced() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return strings.Join(w.trace, "\n")
+}
+
+// mark adds a test step to the trace.
+func (w *sigkillWatcher) mark(format string, args ...any) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.note("--- "+format, args...)
+}
+
+// note adds a line to the trace; w.mu is held.
+func (w *sigkillWatcher) note(format string, args ...any) {
+	if len(w.trace) < 400 {
+		w.trace = append(w.trace, fmt.Sprintf("%8s ", time.Since(w.began).Round(time.Millisecond))+fmt.Sprintf(format, args...))
+	}
 }
 
 // end returns the iteration's worst moments.
@@ -458,7 +542,7 @@ func (w *sigkillWatcher) violationsSoFar() []string {
 // progress describes how far the rollout to image is in the watcher's
 // latest state: nodes done (only a running, ready pod of image) and pods
 // of image created.
-func (w *sigkillWatcher) progress(image string) string {
+func (w *sigkillWatcher) progress(image string) (string, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	pods := make([]*corev1.Pod, 0, len(w.state))
@@ -477,9 +561,9 @@ func (w *sigkillWatcher) progress(image string) string {
 		}
 	}
 	if done == len(w.nodes) {
-		return "rollout already complete"
+		return "rollout already complete", true
 	}
-	return fmt.Sprintf("%d new pod(s), %d/%d node(s) done", created, done, len(w.nodes))
+	return fmt.Sprintf("%d new pod(s), %d/%d node(s) done", created, done, len(w.nodes)), false
 }
 
 // caughtUp waits until the watcher's state holds exactly the pods (by
@@ -523,7 +607,8 @@ func (w *sigkillWatcher) run(ctx context.Context) {
 		}
 	}
 	for ctx.Err() == nil {
-		if rv == "" {
+		listed := rv == ""
+		if listed {
 			objs, listRV, err := w.c.List(ctx, resources.Pods, ns, client.ListOptions{LabelSelector: sigkillSelector})
 			if err != nil {
 				pause()
@@ -536,13 +621,10 @@ func (w *sigkillWatcher) run(ctx context.Context) {
 			w.mu.Lock()
 			w.state = state
 			w.lists++
+			w.note("list at rv %s: %s", listRV, sigkillPods(sigkillValues(state)))
 			w.check("list at rv " + listRV)
 			w.mu.Unlock()
 			rv = listRV
-		} else {
-			w.mu.Lock()
-			w.resumes++
-			w.mu.Unlock()
 		}
 		wi, err := w.c.Watch(ctx, resources.Pods, ns, client.ListOptions{LabelSelector: sigkillSelector, ResourceVersion: rv})
 		if err != nil {
@@ -551,6 +633,12 @@ func (w *sigkillWatcher) run(ctx context.Context) {
 			}
 			pause()
 			continue
+		}
+		if !listed {
+			w.mu.Lock()
+			w.resumes++
+			w.note("watch resumed from rv %s", rv)
+			w.mu.Unlock()
 		}
 		rv = w.follow(ctx, wi, rv)
 		wi.Stop()
@@ -566,10 +654,16 @@ func (w *sigkillWatcher) follow(ctx context.Context, wi watch.Interface, rv stri
 			return rv
 		case ev, ok := <-wi.ResultChan():
 			if !ok {
+				w.mu.Lock()
+				w.note("watch ended")
+				w.mu.Unlock()
 				return rv
 			}
 			p, isPod := ev.Object.(*corev1.Pod)
 			if ev.Type == watch.Error || !isPod {
+				w.mu.Lock()
+				w.note("watch %s event (%T): list again", ev.Type, ev.Object)
+				w.mu.Unlock()
 				return "" // 410 Gone or a broken stream: list again
 			}
 			if ev.Type == watch.Bookmark {
@@ -583,6 +677,8 @@ func (w *sigkillWatcher) follow(ctx context.Context, wi watch.Interface, rv stri
 				w.state[p.UID] = p
 			}
 			w.events++
+			w.iterEvents++
+			w.note("%s %s", ev.Type, sigkillPods([]*corev1.Pod{p}))
 			w.check(fmt.Sprintf("%s %s rv %s", ev.Type, p.Name, p.ResourceVersion))
 			w.mu.Unlock()
 			if p.ResourceVersion != "" {
@@ -590,6 +686,14 @@ func (w *sigkillWatcher) follow(ctx context.Context, wi watch.Interface, rv stri
 			}
 		}
 	}
+}
+
+func sigkillValues(m map[types.UID]*corev1.Pod) []*corev1.Pod {
+	out := make([]*corev1.Pod, 0, len(m))
+	for _, p := range m {
+		out = append(out, p)
+	}
+	return out
 }
 
 // check judges the current state; w.mu is held.
