@@ -32,8 +32,8 @@ const (
 	// sigkillIterations is the number of rolling updates, each interrupted
 	// by one SIGKILL of the server.
 	sigkillIterations = 20
-	// sigkillMaxKillDelay bounds the random pause between a template
-	// change and the SIGKILL.
+	// sigkillMaxKillDelay bounds the time between a template change and
+	// the SIGKILL.
 	sigkillMaxKillDelay = 1500 * time.Millisecond
 	// sigkillRolloutWait bounds one iteration, from the template change to
 	// the completed rollout (it includes the restart and the new server's
@@ -43,7 +43,7 @@ const (
 	sigkillName     = "sigkill"
 	sigkillSelector = "app=" + sigkillName
 	// sigkillSeedEnv, when set, replaces the time-based seed of the kill
-	// points (and of the strategy order), to replay a failure.
+	// points, to replay a failure (as far as timing allows).
 	sigkillSeedEnv = "EVERYNODE_SIGKILL_SEED"
 	// sigkillTraceEnv, when set, logs every iteration's trace (what the
 	// watcher saw, with times since the template change), not only a
@@ -53,18 +53,26 @@ const (
 
 // TestSIGKILLServerDuringRollout is issue 3's crash test, with processes:
 // an "everynode server --no-agent" and four "everynode agent --runtime
-// fake" processes. Twenty times, the DaemonSet's template changes (the
-// strategy alternates between maxUnavailable=1 and maxSurge=1 with
-// maxUnavailable=0), the server is killed with SIGKILL at a random moment
-// 0–1.5 s later (controllers, API and embedded etcd die together, nothing
-// is flushed or resigned) and restarted on the same data dir and
-// addresses. The agents stay up, go offline and reconnect. An independent
-// watcher, which re-lists after every reconnect, checks every state it
-// observes: never two pods of one controller-revision-hash on a node, never
-// more than 1+maxSurge pods on a node (terminating pods counted, so a
-// replacement that starts before its predecessor is gone counts too). Each
-// rollout must complete: every node runs exactly one ready pod of the
-// newest revision and the status says so for the current generation.
+// fake" processes. Twenty times, once the server's controllers lead, the
+// DaemonSet's template changes (the strategy alternates between
+// maxUnavailable=1 and maxSurge=1 with maxUnavailable=0) and the server is
+// killed with SIGKILL at a random point of the rollout (controllers, API
+// and embedded etcd die together, nothing is flushed or resigned), then
+// restarted on the same data dir and addresses. The agents stay up, go
+// offline and reconnect. An independent watcher, which re-lists after
+// every reconnect, checks every state it observes: never two pods of one
+// controller-revision-hash on a node, never more than 1+maxSurge pods on a
+// node (terminating pods counted, so a replacement started before its
+// predecessor is gone counts too). Each rollout must complete: every node
+// runs exactly one ready pod of the newest revision and the status says so
+// for the current generation.
+//
+// The kill point is drawn (seeded, the seed is logged) as a number of the
+// rollout's pod events, 0 to all of them, plus 0–20 ms, and at most 1.5 s
+// after the change: on the fake runtime a whole rollout of four nodes takes
+// about 100 ms, so a plain random delay would mostly hit a finished one.
+// Most of the test's time is the restarted server's wait for the crashed
+// incarnation's election lease (leader.DefaultTTL, about 12 s a crash).
 func TestSIGKILLServerDuringRollout(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary and runs 20 server crashes")
