@@ -117,6 +117,10 @@ func TestSIGKILLServerDuringRollout(t *testing.T) {
 	if _, err := sigkillWaitRollout(ctx, admin, nodes, sigkillImage(0), 2*sigkillRolloutWait); err != nil {
 		t.Fatalf("initial rollout: %v\n%s", err, sigkillDump(ctx, admin))
 	}
+	revision, err := sigkillCheckHistory(ctx, admin, 0)
+	if err != nil {
+		t.Fatalf("initial rollout: %v\n%s", err, sigkillDump(ctx, admin))
+	}
 
 	w := newSigkillWatcher(admin, nodes)
 	wctx, stopWatcher := context.WithCancel(ctx)
@@ -178,6 +182,9 @@ func TestSIGKILLServerDuringRollout(t *testing.T) {
 				i, seed, sigkillStrategyName(i), killedAt.Round(time.Millisecond), sigkillRolloutWait, err, sigkillDump(ctx, admin), w.traced())
 		}
 		done := time.Since(updated)
+		if revision, err = sigkillCheckHistory(ctx, admin, revision); err != nil {
+			t.Errorf("iteration %d (seed %d): %v\n%s", i, seed, err, sigkillDump(ctx, admin))
+		}
 		if err := w.caughtUp(pods, 20*time.Second); err != nil {
 			t.Fatalf("iteration %d: %v\ntrace:\n%s", i, err, w.traced())
 		}
@@ -202,6 +209,54 @@ func TestSIGKILLServerDuringRollout(t *testing.T) {
 	if v := w.violationsSoFar(); len(v) > 0 {
 		t.Fatalf("invariant violated (seed %d):\n%s", seed, strings.Join(v, "\n"))
 	}
+	// Old revisions are cleaned up to revisionHistoryLimit (default 10)
+	// plus the current one.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		revs, _, err := admin.List(ctx, resources.ControllerRevisions, ns, client.ListOptions{LabelSelector: sigkillSelector})
+		if err == nil && len(revs) <= 11 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d ControllerRevisions (%v), want at most 11\n%s", len(revs), err, sigkillDump(ctx, admin))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// sigkillCheckHistory checks the history after a completed rollout to a
+// new template: exactly one ControllerRevision per hash, the newest one
+// numbered prev+1, and no hash collision counted (a revision the crashed
+// incarnation created is the restarted one's, not a collision). It returns
+// the newest revision number.
+func sigkillCheckHistory(ctx context.Context, c client.Interface, prev int64) (int64, error) {
+	obj, err := c.Get(ctx, resources.DaemonSets, ns, sigkillName)
+	if err != nil {
+		return prev, err
+	}
+	if cc := obj.(*appsv1.DaemonSet).Status.CollisionCount; cc != nil && *cc != 0 {
+		return prev, fmt.Errorf("status.collisionCount %d, want 0", *cc)
+	}
+	revs, _, err := c.List(ctx, resources.ControllerRevisions, ns, client.ListOptions{LabelSelector: sigkillSelector})
+	if err != nil {
+		return prev, err
+	}
+	byHash := map[string][]string{}
+	newest := int64(0)
+	for _, o := range revs {
+		cr := o.(*appsv1.ControllerRevision)
+		byHash[cr.Labels[hashLabel]] = append(byHash[cr.Labels[hashLabel]], fmt.Sprintf("%s(%d)", cr.Name, cr.Revision))
+		newest = max(newest, cr.Revision)
+	}
+	for hash, names := range byHash {
+		if len(names) > 1 {
+			return prev, fmt.Errorf("%d ControllerRevisions of hash %s: %v", len(names), hash, names)
+		}
+	}
+	if newest != prev+1 {
+		return newest, fmt.Errorf("newest ControllerRevision is number %d, want %d", newest, prev+1)
+	}
+	return newest, nil
 }
 
 // sigkillImage is iteration i's image: every iteration a new template.
