@@ -131,6 +131,10 @@ func daemonSetStatus(ds *appsv1.DaemonSet) (string, bool, error) {
 	return "Waiting for daemon set spec update to be observed...\n", false, nil
 }
 
+// maxPodWatchRestarts bounds how often in a row the pod watch behind the
+// per-node lines is restarted without delivering an event.
+const maxPodWatchRestarts = 5
+
 // errRolloutTimeout is kubectl's message when --timeout passes.
 var errRolloutTimeout = errors.New("timed out waiting for the condition")
 
@@ -162,19 +166,35 @@ func (c *RolloutStatusCommand) run(ctx context.Context, h client.Interface, out 
 		return timeoutOr(ctx, err)
 	}
 	defer func() { dsW.Stop() }()
+	var podW watch.Interface
 	var podEvents <-chan watch.Event
+	defer func() {
+		if podW != nil {
+			podW.Stop()
+		}
+	}()
+	podSelector := ""
+	// watchPods (re)starts the pod watch from the current state; the tracker
+	// drops lines it printed already. The per-node lines are best effort.
+	watchPods := func() {
+		if podW != nil {
+			podW.Stop()
+		}
+		podW, podEvents = nil, nil
+		w, err := h.Watch(ctx, resources.Pods, ns, client.ListOptions{LabelSelector: podSelector, ResourceVersion: "0"})
+		if err == nil {
+			podW, podEvents = w, w.ResultChan()
+		}
+	}
+	podRestarts := 0
 	tracker := newNodeTracker()
 	if c.progress {
 		sel, err := metav1.LabelSelectorAsSelector(ds.Spec.Selector)
 		if err != nil {
 			return fmt.Errorf("daemon set %q has an invalid selector: %w", ds.Name, err)
 		}
-		podW, err := h.Watch(ctx, resources.Pods, ns, client.ListOptions{LabelSelector: sel.String(), ResourceVersion: "0"})
-		if err != nil {
-			return timeoutOr(ctx, err)
-		}
-		defer podW.Stop()
-		podEvents = podW.ResultChan()
+		podSelector = sel.String()
+		watchPods()
 		tracker.observe(ctx, h, ds)
 	}
 	for {
@@ -182,10 +202,17 @@ func (c *RolloutStatusCommand) run(ctx context.Context, h client.Interface, out 
 		case <-ctx.Done():
 			return timeoutOr(ctx, ctx.Err())
 		case ev, ok := <-podEvents:
-			if !ok {
-				podEvents = nil // the per-node lines are best effort
+			if !ok || ev.Type == watch.Error {
+				// Restart a stream that ended; give up on one that keeps failing.
+				if podRestarts++; podRestarts <= maxPodWatchRestarts && ctx.Err() == nil {
+					watchPods()
+				} else {
+					podW.Stop()
+					podEvents = nil
+				}
 				continue
 			}
+			podRestarts = 0
 			if pod, ok := ev.Object.(*corev1.Pod); ok && ownedBy(pod, ds) {
 				for _, l := range tracker.update(pod, ev.Type == watch.Deleted) {
 					p.node(l)
