@@ -129,15 +129,7 @@ func formatHistory(ds *appsv1.DaemonSet, revs []*appsv1.ControllerRevision, revi
 		if err != nil {
 			return "", fmt.Errorf("unable to parse history %s: %w", cr.Name, err)
 		}
-		w := tabwriter.NewWriter(&b, 0, 8, 2, ' ', 0)
-		line := func(indent int, format string, args ...any) {
-			fmt.Fprintf(w, strings.Repeat("  ", indent)+format+"\n", args...)
-		}
-		line(0, "Pod Template:")
-		describeTemplate(line, &applied.Spec.Template)
-		if err := w.Flush(); err != nil {
-			return "", err
-		}
+		b.WriteString(podTemplateText(&applied.Spec.Template))
 		return b.String(), nil
 	}
 	w := tabwriter.NewWriter(&b, 0, 8, 2, ' ', 0)

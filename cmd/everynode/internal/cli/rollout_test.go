@@ -430,3 +430,43 @@ func eventuallyContains(t *testing.T, b *syncBuffer, want string) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+func TestKubectlToleration(t *testing.T) {
+	secs := int64(30)
+	tests := []struct {
+		tol  corev1.Toleration
+		want string
+	}{
+		{corev1.Toleration{Key: "k", Operator: corev1.TolerationOpExists, Effect: "NoSchedule"}, "k:NoSchedule op=Exists"},
+		{corev1.Toleration{Operator: corev1.TolerationOpExists, Effect: "NoSchedule"}, ":NoSchedule op=Exists"},
+		{corev1.Toleration{Operator: corev1.TolerationOpExists}, "op=Exists"},
+		{corev1.Toleration{Key: "k", Value: "v", Effect: "NoExecute", TolerationSeconds: &secs}, "k=v:NoExecute for 30s"},
+		{corev1.Toleration{Key: "node-role.kubernetes.io/master", Effect: "NoSchedule"}, "node-role.kubernetes.io/master:NoSchedule"},
+	}
+	for _, tt := range tests {
+		if got := kubectlToleration(tt.tol); got != tt.want {
+			t.Errorf("%+v: got %q, want %q", tt.tol, got, tt.want)
+		}
+	}
+}
+
+func TestPodTemplateText(t *testing.T) {
+	tpl := &corev1.PodTemplateSpec{
+		ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"b": "2", "a": "1"}, Annotations: map[string]string{restartedAtAnnotation: "now"}},
+		Spec: corev1.PodSpec{
+			NodeSelector: map[string]string{"zone": "edge"},
+			Containers: []corev1.Container{{Name: "c", Image: "x:1", Command: []string{"run"},
+				Ports: []corev1.ContainerPort{{ContainerPort: 80, Protocol: "TCP"}, {ContainerPort: 53, HostPort: 53, Protocol: "UDP"}},
+				Env:   []corev1.EnvVar{{Name: "A", Value: "1"}}}},
+			Volumes: []corev1.Volume{{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
+		},
+	}
+	want := "Pod Template:\n  Labels:\ta=1\n\tb=2\n  Annotations:\tkubectl.kubernetes.io/restartedAt: now\n  Containers:\n   c:\n" +
+		"    Image:\tx:1\n    Ports:\t80/TCP, 53/UDP\n    Host Ports:\t0/TCP, 53/UDP\n    Command:\n      run\n" +
+		"    Environment:\n      A:\t1\n    Mounts:\t<none>\n  Volumes:\n   tmp:\n" +
+		"    Type:\tEmptyDir (a temporary directory that shares a pod's lifetime)\n    Medium:\t\n    SizeLimit:\t<unset>\n" +
+		"  Node-Selectors:\tzone=edge\n  Tolerations:\t<none>\n"
+	if got := podTemplateText(tpl); got != want {
+		t.Fatalf("got\n%q\nwant\n%q", got, want)
+	}
+}
