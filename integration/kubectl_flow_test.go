@@ -37,6 +37,23 @@ const (
 	kfMonitor     = "name=monitor"
 )
 
+// The pod templates "rollout history --revision=1" prints, as kubectl 1.32
+// prints them (tab-separated).
+const (
+	kfRedisRevision1 = "daemonset.apps/redis-ds with revision #1\nPod Template:\n" +
+		"  Labels:\tname=redis-ds\n  Containers:\n   redis:\n    Image:\tredis:5-alpine\n    Port:\t6379/TCP\n" +
+		"    Host Port:\t0/TCP\n    Environment:\t<none>\n    Mounts:\t<none>\n  Volumes:\t<none>\n" +
+		"  Node-Selectors:\t<none>\n  Tolerations:\tnode-role.kubernetes.io/master:NoSchedule op=Exists\n\n"
+	kfFluentdRevision1 = "daemonset.apps/fluentd-elasticsearch with revision #1\nPod Template:\n" +
+		"  Labels:\tname=fluentd-elasticsearch\n  Containers:\n   fluentd-elasticsearch:\n" +
+		"    Image:\tfluent/fluentd-kubernetes-daemonset:v1.7.1-debian-syslog-1.0\n    Port:\t<none>\n    Host Port:\t<none>\n" +
+		"    Limits:\n      memory:\t200Mi\n    Requests:\n      cpu:\t100m\n      memory:\t200Mi\n    Environment:\t<none>\n" +
+		"    Mounts:\n      /var/lib/docker/containers from varlibdockercontainers (ro)\n      /var/log from varlog (rw)\n" +
+		"  Volumes:\n   varlog:\n    Type:\tHostPath (bare host directory volume)\n    Path:\t/var/log\n    HostPathType:\t\n" +
+		"   varlibdockercontainers:\n    Type:\tHostPath (bare host directory volume)\n    Path:\t/var/lib/docker/containers\n" +
+		"    HostPathType:\t\n  Node-Selectors:\t<none>\n  Tolerations:\tnode-role.kubernetes.io/master:NoSchedule\n\n"
+)
+
 // kfTool runs one command line tool against the cluster.
 type kfTool struct {
 	t    *testing.T
@@ -249,9 +266,12 @@ func kfRollout(t *testing.T, c *cluster, k *kfTool) {
 	if want := "daemonset.apps/redis-ds \nREVISION  CHANGE-CAUSE\n1         <none>\n2         tutorial\n\n"; hist != want {
 		t.Fatalf("history:\n%q\nwant\n%q", hist, want)
 	}
-	rev1 := k.ok("rollout", "history", "ds/redis-ds", "--revision=1")
-	kfWant(t, rev1, "daemonset.apps/redis-ds with revision #1\nPod Template:\n")
-	kfWant(t, rev1, "redis:5-alpine")
+	if rev1 := k.ok("rollout", "history", "ds/redis-ds", "--revision=1"); rev1 != kfRedisRevision1 {
+		t.Fatalf("history --revision=1:\n%q\nwant\n%q", rev1, kfRedisRevision1)
+	}
+	if rev1 := k.ok("rollout", "history", "ds/fluentd-elasticsearch", "-n", "kube-system", "--revision=1"); rev1 != kfFluentdRevision1 {
+		t.Fatalf("fluentd history --revision=1:\n%q\nwant\n%q", rev1, kfFluentdRevision1)
+	}
 	kfWant(t, k.fails("rollout", "history", "ds/redis-ds", "--revision=9"), "unable to find the specified revision")
 
 	if out := k.ok("rollout", "undo", "ds/redis-ds"); out != "daemonset.apps/redis-ds rolled back\n" {
