@@ -27,13 +27,14 @@ type GetCommand struct {
 
 	r     *resources.Resource
 	names []string
+	kinds []*resources.Resource // "all" or "ds,pods": several kinds, no names
 
 	printed int // structured documents written, for YAML's "---" separators
 }
 
 // parse reads the command line into the command's fields.
 func (c *GetCommand) parse(args []string, std IO) error {
-	fs := newFlagSet("get", "get KIND [NAME...] [-n NS | -A] [-o wide|yaml|json|name] [-l SELECTOR] [-w]", std.Out)
+	fs := newFlagSet("get", "get KIND[,KIND...]|all [NAME...] [-n NS | -A] [-o wide|yaml|json|name] [-l SELECTOR] [-w]", std.Out)
 	c.register(fs.FlagSet)
 	fs.BoolVar(&c.allNamespaces, "all-namespaces", false, "list across all namespaces")
 	fs.BoolVar(&c.allNamespaces, "A", false, "shorthand for --all-namespaces")
@@ -50,8 +51,18 @@ func (c *GetCommand) parse(args []string, std IO) error {
 	if len(pos) == 0 {
 		return usageError("you must specify the type of resource to get", "use one of: "+kindList())
 	}
-	if c.r, c.names, err = splitKindNames(pos); err != nil {
+	kinds, multi, err := multiKinds(pos)
+	switch {
+	case err != nil:
 		return err
+	case multi && c.watch:
+		return usageError("watch is only supported on one kind", "watch one kind at a time")
+	case multi:
+		c.kinds, c.r = kinds, kinds[0]
+	default:
+		if c.r, c.names, err = splitKindNames(pos); err != nil {
+			return err
+		}
 	}
 	switch c.output {
 	case "", "wide", "yaml", "json", "name":
@@ -74,6 +85,9 @@ func (c *GetCommand) Run(ctx context.Context, args []string, std IO) error {
 		return err
 	}
 	defer h.Close()
+	if len(c.kinds) > 0 {
+		return c.runMulti(ctx, h, h.Server(), std)
+	}
 	ns := c.ns()
 	if c.allNamespaces || !c.r.Namespaced {
 		ns = ""
