@@ -241,12 +241,13 @@ func kfTutorial(t *testing.T, c *cluster, k *kfTool) {
 	kfOrphanAdopt(t, c, k)
 
 	// Listing everything.
-	if k.name == "kubectl" {
-		out := k.ok("get", "all")
-		kfWant(t, out, "daemonset.apps/redis-ds")
-		kfWant(t, out, "pod/redis-ds-")
+	out := k.ok("get", "all")
+	kfWant(t, out, "daemonset.apps/redis-ds   3         3         3       3            3           <none>")
+	kfWant(t, out, "pod/redis-ds-")
+	if strings.Contains(out, "fluentd") {
+		t.Fatalf("get all showed another namespace:\n%s", out)
 	}
-	out := k.ok("get", "pods", "-A")
+	out = k.ok("get", "pods", "-A")
 	kfWant(t, out, "kube-system")
 	kfWant(t, out, "fluentd-elasticsearch-")
 	out = k.ok("get", "ds", "-A", "-o", "wide")
