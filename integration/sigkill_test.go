@@ -36,8 +36,8 @@ const (
 	// the SIGKILL.
 	sigkillMaxKillDelay = 1500 * time.Millisecond
 	// sigkillRolloutWait bounds one iteration, from the template change to
-	// the completed rollout (it includes the restart and the new server's
-	// wait for the crashed leader's election lease).
+	// the completed rollout (it includes the restart and the agents'
+	// reconnection back-off).
 	sigkillRolloutWait = 60 * time.Second
 	// sigkillName is the DaemonSet (and its app label).
 	sigkillName     = "sigkill"
@@ -71,8 +71,10 @@ const (
 // rollout's pod events, 0 to all of them, plus 0–20 ms, and at most 1.5 s
 // after the change: on the fake runtime a whole rollout of four nodes takes
 // about 100 ms, so a plain random delay would mostly hit a finished one.
-// Most of the test's time is the restarted server's wait for the crashed
-// incarnation's election lease (leader.DefaultTTL, about 12 s a crash).
+// The restarted server keeps its identity (DIR/server-id) and releases the
+// crashed incarnation's election key at once, so the controllers lead again
+// within about a second; most of each iteration is the agents' reconnection
+// back-off after the API returns.
 func TestSIGKILLServerDuringRollout(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary and runs 20 server crashes")

@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 )
@@ -31,7 +32,9 @@ const DefaultTTL = 10
 type Config struct {
 	// Client is the etcd client. Required.
 	Client *clientv3.Client
-	// Identity names this candidate (e.g. the server's host name); required.
+	// Identity names this candidate; required. It must be unique per server
+	// and stable across its restarts: a new run releases the election key an
+	// earlier run with the same identity left behind (see releaseStale).
 	Identity string
 	// Prefix is the election key prefix; empty means DefaultPrefix.
 	Prefix string
@@ -76,8 +79,36 @@ func Run(ctx context.Context, cfg Config, work func(ctx context.Context)) error 
 	return nil
 }
 
+// releaseStale ends a term still held under our own identity by an earlier
+// run of this candidate (a server restarted after a crash or SIGKILL):
+// without it the restarted server waits up to a whole TTL for its own dead
+// session's lease to expire before it can lead. It revokes the lease of every
+// election key whose value is cfg.Identity; a live process holding that key
+// (two servers wrongly sharing an identity) sees its session end and stops
+// leading, as it would on a lost lease. Identities must therefore be unique
+// per server and stable across its restarts.
+func releaseStale(ctx context.Context, cfg Config, log *slog.Logger) error {
+	resp, err := cfg.Client.Get(ctx, cfg.Prefix+"/", clientv3.WithPrefix())
+	if err != nil {
+		return fmt.Errorf("leader: list election keys: %w", err)
+	}
+	for _, kv := range resp.Kvs {
+		if string(kv.Value) != cfg.Identity || kv.Lease == 0 {
+			continue
+		}
+		if _, err := cfg.Client.Revoke(ctx, clientv3.LeaseID(kv.Lease)); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			return fmt.Errorf("leader: revoke stale lease %x of %s: %w", kv.Lease, kv.Key, err)
+		}
+		log.Info("released the election key of this candidate's previous run", "key", string(kv.Key))
+	}
+	return nil
+}
+
 // term is one session: campaign, lead, resign.
 func term(ctx context.Context, cfg Config, log *slog.Logger, work func(context.Context)) error {
+	if err := releaseStale(ctx, cfg, log); err != nil {
+		return err
+	}
 	session, err := concurrency.NewSession(cfg.Client, concurrency.WithTTL(cfg.TTL), concurrency.WithContext(ctx))
 	if err != nil {
 		return fmt.Errorf("leader: new session: %w", err)

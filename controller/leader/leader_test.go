@@ -11,6 +11,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.etcd.io/etcd/server/v3/etcdserver/api/v3client"
 )
@@ -122,5 +123,56 @@ func waitElected(t *testing.T, ch <-chan string) string {
 func TestRunValidates(t *testing.T) {
 	if err := Run(context.Background(), Config{}, func(context.Context) {}); err == nil {
 		t.Error("Run without client succeeded")
+	}
+}
+
+// crashedTerm leaves behind what a SIGKILLed leader leaves: its election key
+// under a lease that nobody keeps alive but that lasts ttl seconds.
+func crashedTerm(t *testing.T, cli *clientv3.Client, identity string, ttl int) {
+	t.Helper()
+	s, err := concurrency.NewSession(cli, concurrency.WithTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := concurrency.NewElection(s, DefaultPrefix).Campaign(context.Background(), identity); err != nil {
+		t.Fatal(err)
+	}
+	s.Orphan() // stop the keep-alives without revoking: the lease outlives the "process"
+}
+
+func TestRestartedCandidateReleasesItsStaleTerm(t *testing.T) {
+	cli := startEtcd(t)
+	crashedTerm(t, cli, "server-1", 60)
+
+	run := func(ctx context.Context, id string, elected chan<- string) {
+		_ = Run(ctx, Config{Client: cli, Identity: id, RetryDelay: 50 * time.Millisecond}, func(ctx context.Context) {
+			elected <- id
+			<-ctx.Done()
+		})
+	}
+
+	// Another identity must not take over a term that is still leased.
+	otherCtx, stopOther := context.WithCancel(context.Background())
+	other := make(chan string, 1)
+	done := make(chan struct{})
+	go func() { defer close(done); run(otherCtx, "server-2", other) }()
+	select {
+	case id := <-other:
+		t.Fatalf("%s was elected while server-1's lease still holds the term", id)
+	case <-time.After(time.Second):
+	}
+	stopOther()
+	<-done
+
+	// The same identity, restarted, releases its old term and leads long
+	// before the 60 s lease would have expired.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	same := make(chan string, 1)
+	go run(ctx, "server-1", same)
+	select {
+	case <-same:
+	case <-time.After(20 * time.Second):
+		t.Fatal("restarted server-1 was not elected: it waited for its own stale lease")
 	}
 }

@@ -167,3 +167,25 @@ func TestFormatError(t *testing.T) {
 		}
 	}
 }
+
+func TestServerIdentityIsStableAcrossRestarts(t *testing.T) {
+	dir := t.TempDir()
+	first, err := serverIdentity(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := serverIdentity(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first == "" || first != second {
+		t.Fatalf("identities %q then %q: want one stable identity per data dir", first, second)
+	}
+	other, err := serverIdentity(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if other == first {
+		t.Fatalf("two data dirs share identity %q", first)
+	}
+}

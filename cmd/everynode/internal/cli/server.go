@@ -256,7 +256,10 @@ func (c *ServerCommand) Run(ctx context.Context, args []string, std IO) error {
 		defer ctrlWG.Done()
 		joinServerPeers(ctrlCtx, st.Client(), member, memberName, log.With("component", "gossip"))
 	}()
-	identity := randomSuffix(hostnameOr("server"))
+	identity, err := serverIdentity(dataDir)
+	if err != nil {
+		return err
+	}
 	go func() {
 		defer ctrlWG.Done()
 		ctrlLog := log.With("component", "controller")
@@ -356,6 +359,26 @@ func hostnameOr(def string) string {
 		return def
 	}
 	return strings.ToLower(h)
+}
+
+// serverIdentity is this server's name in the controllers' leader election:
+// made once (host name plus a random suffix) and kept in DIR/server-id, so a
+// server restarted after a crash recognises and releases its own stale term
+// at once instead of waiting for its lease to expire.
+func serverIdentity(dataDir string) (string, error) {
+	path := filepath.Join(dataDir, "server-id")
+	if b, err := os.ReadFile(path); err == nil {
+		if id := strings.TrimSpace(string(b)); id != "" {
+			return id, nil
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("read server identity: %w", err)
+	}
+	id := randomSuffix(hostnameOr("server"))
+	if err := os.WriteFile(path, []byte(id+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("write server identity: %w; check that the data dir is writable", err)
+	}
+	return id, nil
 }
 
 // randomSuffix appends "-" and 8 random hex digits to s.
