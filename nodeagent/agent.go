@@ -32,6 +32,11 @@
 // everynode.io/managed-labels and managed-taints annotations), so what
 // kubectl or the node lifecycle controller set stays.
 //
+// Pod events (kubelet's Pulling, Pulled, Created, Started, Killing, BackOff,
+// Unhealthy, Failed, and UnsupportedFields naming the fields of a pod the
+// agent does not honour) are written best-effort from a bounded queue; they
+// never block or fail a pod sync.
+//
 // Time comes from an injected clock, so back-off and probe timing are tested
 // with a fake clock. Run owns every goroutine it starts and waits for them.
 package nodeagent
@@ -179,6 +184,8 @@ type Agent struct {
 	// static is the static pods' source and mirror pod state; nil without
 	// ManifestDir.
 	static *staticPods
+	// events writes pod events best-effort; its writer runs under Run.
+	events *eventRecorder
 }
 
 // New validates cfg and returns an Agent.
@@ -229,6 +236,7 @@ func New(cfg Config) (*Agent, error) {
 		relistNow: make(chan struct{}, 1),
 		health:    &apiHealth{clock: cfg.Clock},
 	}
+	a.events = newEventRecorder(cfg.Client, cfg.Clock, a.log, cfg.NodeName, a.health.paused)
 	var sets []string
 	if cfg.ManifestDir != "" {
 		sets = append(sets, setStatic)
@@ -312,6 +320,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	go func() {
 		defer wg.Done()
 		a.relistLoop(ctx)
+	}()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		a.events.run(ctx)
 	}()
 	wg.Add(1)
 	go func() {

@@ -65,6 +65,9 @@ type podState struct {
 	base    string
 	// deleted is set once the pod object's deletion was requested.
 	deleted bool
+	// unsupportedReported is set once the UnsupportedFields event was
+	// considered for this pod.
+	unsupportedReported bool
 }
 
 // held is the pod status the API holds as far as the agent knows: the
@@ -95,6 +98,10 @@ type containerState struct {
 	pullErr      string
 	// waiting is the waiting state decided by this sync, nil when none.
 	waiting *corev1.ContainerStateWaiting
+	// failedEvent is the message of the last Failed event, so a
+	// persistent error is reported once; backOffFor is the container whose
+	// crash back-off was reported.
+	failedEvent, backOffFor string
 	// probes, for the container probeID.
 	probeID     string
 	live, ready probeState
@@ -178,6 +185,7 @@ func (a *Agent) syncPod(ctx context.Context, uid types.UID) (time.Duration, erro
 		// Terminal: nothing runs again and the final status stays as written.
 		return 0, nil
 	}
+	a.reportUnsupported(pod, st)
 	podIP := a.podIP(pod, held, obs)
 	for _, cs := range st.containers {
 		cs.waiting = nil
@@ -263,6 +271,7 @@ func (a *Agent) syncContainer(ctx context.Context, pod *corev1.Pod, c *corev1.Co
 		a.log.Info("container image changed, replacing container", "pod", podRef(pod), "container", c.Name,
 			"from", cur.Image, "to", c.Image)
 		if cur.State == runtime.StateRunning {
+			a.event(pod, c.Name, corev1.EventTypeNormal, eventKilling, "Container %s definition changed, will be restarted", c.Name)
 			if err := a.rt.StopContainer(ctx, cur.ID, podGrace(pod, nil)); err != nil && !runtime.IsNotFound(err) {
 				return time.Time{}, false, fmt.Errorf("nodeagent: stop container %s: %w", cur.ID, err)
 			}
@@ -303,6 +312,11 @@ func (a *Agent) syncContainer(ctx context.Context, pod *corev1.Pod, c *corev1.Co
 			Reason: reasonCrashLoopBackOff,
 			Message: fmt.Sprintf("back-off %s restarting failed container=%s pod=%s_%s(%s)",
 				delay, c.Name, pod.Name, pod.Namespace, pod.UID),
+		}
+		if cs.backOffFor != cur.ID {
+			cs.backOffFor = cur.ID
+			a.event(pod, c.Name, corev1.EventTypeWarning, eventBackOff, "Back-off restarting failed container %s in pod %s_%s(%s)",
+				c.Name, pod.Name, pod.Namespace, pod.UID)
 		}
 		return until, false, nil
 	}
@@ -348,13 +362,14 @@ func shouldRestart(policy corev1.RestartPolicy, exitCode int) bool {
 // startContainer pulls as the policy says, then creates and starts attempt.
 func (a *Agent) startContainer(ctx context.Context, pod *corev1.Pod, c *corev1.Container, cs *containerState,
 	attempt int, now time.Time) (time.Time, bool, error) {
-	if wait, wake, err := a.ensureImage(ctx, c, cs, now); err != nil || wait != nil {
+	if wait, wake, err := a.ensureImage(ctx, pod, c, cs, now); err != nil || wait != nil {
 		cs.waiting = wait
 		return wake, false, err
 	}
 	spec, err := a.containerSpec(pod, c, attempt)
 	if err != nil {
 		cs.waiting = &corev1.ContainerStateWaiting{Reason: reasonCreateConfigError, Message: err.Error()}
+		a.failedEvent(pod, c.Name, cs, err)
 		return time.Time{}, false, nil
 	}
 	log := a.log.With("pod", podRef(pod), "container", c.Name, "attempt", attempt)
@@ -365,26 +380,31 @@ func (a *Agent) startContainer(ctx context.Context, pod *corev1.Pod, c *corev1.C
 		}
 		log.Warn("create container failed", "err", err)
 		cs.waiting = &corev1.ContainerStateWaiting{Reason: reasonCreateError, Message: err.Error()}
+		a.failedEvent(pod, c.Name, cs, err)
 		cs.crashes++
 		return now.Add(crashDelay(cs.crashes - 1)), false, nil
 	}
+	a.event(pod, c.Name, corev1.EventTypeNormal, eventCreated, "Created container: %s", c.Name)
 	if err := a.rt.StartContainer(ctx, id); err != nil {
 		if ctx.Err() != nil {
 			return time.Time{}, true, err
 		}
 		log.Warn("start container failed", "err", err)
 		cs.waiting = &corev1.ContainerStateWaiting{Reason: reasonRunContainerError, Message: err.Error()}
+		a.failedEvent(pod, c.Name, cs, err)
 		_ = a.rt.RemoveContainer(ctx, id)
 		cs.crashes++
 		return now.Add(crashDelay(cs.crashes - 1)), false, nil
 	}
 	log.Info("container started", "id", id, "image", c.Image)
+	cs.failedEvent = ""
+	a.event(pod, c.Name, corev1.EventTypeNormal, eventStarted, "Started container %s", c.Name)
 	return time.Time{}, true, nil
 }
 
 // ensureImage makes the container's image present as imagePullPolicy says.
 // A non-nil waiting state means the container cannot start yet.
-func (a *Agent) ensureImage(ctx context.Context, c *corev1.Container, cs *containerState, now time.Time) (*corev1.ContainerStateWaiting, time.Time, error) {
+func (a *Agent) ensureImage(ctx context.Context, pod *corev1.Pod, c *corev1.Container, cs *containerState, now time.Time) (*corev1.ContainerStateWaiting, time.Time, error) {
 	if now.Before(cs.pullRetryAt) {
 		return &corev1.ContainerStateWaiting{
 			Reason:  reasonImagePullBackOff,
@@ -407,9 +427,12 @@ func (a *Agent) ensureImage(ctx context.Context, c *corev1.Container, cs *contai
 		return nil, time.Time{}, nil
 	case corev1.PullIfNotPresent:
 		if present {
+			a.event(pod, c.Name, corev1.EventTypeNormal, eventPulled, "Container image %q already present on machine", c.Image)
 			return nil, time.Time{}, nil
 		}
 	}
+	a.event(pod, c.Name, corev1.EventTypeNormal, eventPulling, "Pulling image %q", c.Image)
+	pullStart := a.clock.Now()
 	if _, err := a.rt.PullImage(ctx, c.Image); err != nil {
 		if ctx.Err() != nil {
 			return nil, time.Time{}, err
@@ -418,9 +441,11 @@ func (a *Agent) ensureImage(ctx context.Context, c *corev1.Container, cs *contai
 		cs.pullRetryAt = now.Add(crashDelay(cs.pullFailures - 1))
 		cs.pullErr = err.Error()
 		a.log.Warn("image pull failed", "image", c.Image, "err", err, "retryIn", crashDelay(cs.pullFailures-1))
+		a.event(pod, c.Name, corev1.EventTypeWarning, eventFailed, "Failed to pull image %q: %v", c.Image, err)
 		return &corev1.ContainerStateWaiting{Reason: reasonErrImagePull, Message: err.Error()}, now.Add(pullErrorShown), nil
 	}
 	cs.pullFailures, cs.pullRetryAt, cs.pullErr = 0, time.Time{}, ""
+	a.event(pod, c.Name, corev1.EventTypeNormal, eventPulled, "Successfully pulled image %q in %s", c.Image, a.clock.Since(pullStart))
 	return nil, time.Time{}, nil
 }
 
@@ -455,6 +480,17 @@ func podGrace(pod *corev1.Pod, probe *corev1.Probe) time.Duration {
 	return defaultGrace
 }
 
+// failedEvent records a Failed warning for container name, unless the
+// last one said the same.
+func (a *Agent) failedEvent(pod *corev1.Pod, name string, cs *containerState, err error) {
+	msg := "Error: " + err.Error()
+	if msg == cs.failedEvent {
+		return
+	}
+	cs.failedEvent = msg
+	a.event(pod, name, corev1.EventTypeWarning, eventFailed, "%s", msg)
+}
+
 func (a *Agent) stopAndRemove(ctx context.Context, c runtime.ContainerStatus, grace time.Duration) error {
 	if c.State == runtime.StateRunning {
 		if err := a.rt.StopContainer(ctx, c.ID, grace); err != nil && !runtime.IsNotFound(err) {
@@ -467,14 +503,19 @@ func (a *Agent) stopAndRemove(ctx context.Context, c runtime.ContainerStatus, gr
 	return nil
 }
 
-// removePodContainers stops (with grace) and removes every container of uid.
-func (a *Agent) removePodContainers(ctx context.Context, uid types.UID, grace time.Duration) error {
+// removePodContainers stops (with grace) and removes every container of uid;
+// with the pod, a Killing event is recorded for each running container.
+func (a *Agent) removePodContainers(ctx context.Context, pod *corev1.Pod, uid types.UID, grace time.Duration) error {
 	list, err := a.rt.ListContainers(ctx, a.podFilter(uid))
 	if err != nil {
 		return fmt.Errorf("nodeagent: list containers of pod %s: %w", uid, err)
 	}
 	for _, c := range list {
 		s := runtime.ContainerStatus{ID: c.ID, State: c.State}
+		if pod != nil && c.State == runtime.StateRunning {
+			name := c.Labels[runtime.LabelContainer]
+			a.event(pod, name, corev1.EventTypeNormal, eventKilling, "Stopping container %s", name)
+		}
 		if err := a.stopAndRemove(ctx, s, grace); err != nil {
 			return err
 		}
@@ -493,7 +534,7 @@ func (a *Agent) terminate(ctx context.Context, pod *corev1.Pod, st *podState) (t
 	if !st.deleted {
 		grace := podGrace(pod, nil)
 		a.log.Info("terminating pod", "pod", podRef(pod), "grace", grace)
-		if err := a.removePodContainers(ctx, pod.UID, grace); err != nil {
+		if err := a.removePodContainers(ctx, pod, pod.UID, grace); err != nil {
 			return 0, err
 		}
 	}
@@ -522,7 +563,7 @@ func (a *Agent) teardown(ctx context.Context, uid types.UID) error {
 	if st := a.knownState(uid); st != nil {
 		grace = st.grace
 	}
-	if err := a.removePodContainers(ctx, uid, grace); err != nil {
+	if err := a.removePodContainers(ctx, nil, uid, grace); err != nil {
 		return err
 	}
 	a.forget(uid)

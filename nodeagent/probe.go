@@ -246,6 +246,8 @@ func (a *Agent) probeContainer(ctx context.Context, pod *corev1.Pod, c *corev1.C
 		if !cs.live.ok {
 			grace := podGrace(pod, p)
 			a.log.Info("liveness probe failed, restarting container", "pod", podRef(pod), "container", c.Name, "reason", cs.live.msg)
+			a.event(pod, c.Name, corev1.EventTypeWarning, eventUnhealthy, "Liveness probe failed: %s", cs.live.msg)
+			a.event(pod, c.Name, corev1.EventTypeNormal, eventKilling, "Container %s failed liveness probe, will be restarted", c.Name)
 			if err := a.rt.StopContainer(ctx, cur.ID, grace); err != nil && !runtime.IsNotFound(err) {
 				return time.Time{}, false, fmt.Errorf("nodeagent: stop container %s: %w", cur.ID, err)
 			}

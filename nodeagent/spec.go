@@ -68,6 +68,9 @@ func (a *Agent) containerSpec(pod *corev1.Pod, c *corev1.Container, attempt int)
 	if q, ok := c.Resources.Limits[corev1.ResourceMemory]; ok {
 		spec.Resources.MemoryBytes = q.Value()
 	}
+	if err := mapSecurity(pod, c, &spec); err != nil {
+		return runtime.ContainerSpec{}, err
+	}
 	if sc := c.SecurityContext; sc != nil {
 		if sc.Privileged != nil {
 			spec.Privileged = *sc.Privileged
@@ -82,6 +85,52 @@ func (a *Agent) containerSpec(pod *corev1.Pod, c *corev1.Container, attempt int)
 		}
 	}
 	return spec, nil
+}
+
+// mapSecurity maps the effective (container over pod) runAsUser,
+// runAsGroup and runAsNonRoot, and readOnlyRootFilesystem and
+// allowPrivilegeEscalation. As kubelet, a runAsNonRoot container whose
+// runAsUser is 0 is refused; runAsNonRoot without runAsUser cannot be checked
+// against the image and is reported by unhonoured instead. runAsGroup without
+// runAsUser is left to the image's user (also reported).
+func mapSecurity(pod *corev1.Pod, c *corev1.Container, spec *runtime.ContainerSpec) error {
+	uid, gid, nonRoot := effectiveUser(pod, c)
+	if uid != nil {
+		v := *uid
+		spec.RunAsUser = &v
+		if gid != nil {
+			g := *gid
+			spec.RunAsGroup = &g
+		}
+	}
+	if nonRoot != nil && *nonRoot && uid != nil && *uid == 0 {
+		return fmt.Errorf("container %q: container's runAsUser breaks non-root policy (runAsNonRoot with runAsUser 0)", c.Name)
+	}
+	if sc := c.SecurityContext; sc != nil {
+		spec.ReadOnlyRootFilesystem = sc.ReadOnlyRootFilesystem != nil && *sc.ReadOnlyRootFilesystem
+		spec.NoNewPrivileges = sc.AllowPrivilegeEscalation != nil && !*sc.AllowPrivilegeEscalation
+	}
+	return nil
+}
+
+// effectiveUser is the container's runAsUser, runAsGroup and runAsNonRoot,
+// each falling back to the pod's securityContext.
+func effectiveUser(pod *corev1.Pod, c *corev1.Container) (uid, gid *int64, nonRoot *bool) {
+	if psc := pod.Spec.SecurityContext; psc != nil {
+		uid, gid, nonRoot = psc.RunAsUser, psc.RunAsGroup, psc.RunAsNonRoot
+	}
+	if sc := c.SecurityContext; sc != nil {
+		if sc.RunAsUser != nil {
+			uid = sc.RunAsUser
+		}
+		if sc.RunAsGroup != nil {
+			gid = sc.RunAsGroup
+		}
+		if sc.RunAsNonRoot != nil {
+			nonRoot = sc.RunAsNonRoot
+		}
+	}
+	return uid, gid, nonRoot
 }
 
 // resolveEnv evaluates env (value, $(VAR) references, fieldRef and

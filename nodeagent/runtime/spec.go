@@ -35,6 +35,14 @@ type ContainerSpec struct {
 	Privileged bool
 	// CapAdd and CapDrop adjust the default capability set ("NET_ADMIN").
 	CapAdd, CapDrop []string
+	// RunAsUser, when set, is the uid the container's process runs as;
+	// RunAsGroup, when set, its primary gid (only together with RunAsUser).
+	RunAsUser, RunAsGroup *int64
+	// ReadOnlyRootFilesystem mounts the container's root filesystem read-only.
+	ReadOnlyRootFilesystem bool
+	// NoNewPrivileges sets no_new_privs on the process
+	// (allowPrivilegeEscalation: false).
+	NoNewPrivileges bool
 	// Labels are stored on the container and returned by List and Status; the
 	// agent puts the everynode.io labels here.
 	Labels map[string]string

@@ -112,8 +112,20 @@ func (r *Runtime) configs(spec runtime.ContainerSpec) (*container.Config, *conta
 		}
 		cfg.Env = append(cfg.Env, e.Name+"="+e.Value)
 	}
+	switch {
+	case spec.RunAsUser != nil && spec.RunAsGroup != nil:
+		cfg.User = strconv.FormatInt(*spec.RunAsUser, 10) + ":" + strconv.FormatInt(*spec.RunAsGroup, 10)
+	case spec.RunAsUser != nil:
+		cfg.User = strconv.FormatInt(*spec.RunAsUser, 10)
+	case spec.RunAsGroup != nil:
+		return nil, nil, invalid("runAsGroup without runAsUser")
+	}
+	if (spec.RunAsUser != nil && *spec.RunAsUser < 0) || (spec.RunAsGroup != nil && *spec.RunAsGroup < 0) {
+		return nil, nil, invalid("negative runAsUser or runAsGroup")
+	}
 	hc := &container.HostConfig{
-		Privileged: spec.Privileged,
+		Privileged:     spec.Privileged,
+		ReadonlyRootfs: spec.ReadOnlyRootFilesystem,
 		// The agent restarts containers itself, as new attempts.
 		RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyDisabled},
 		CapAdd:        slices.Clone(spec.CapAdd),
@@ -133,6 +145,9 @@ func (r *Runtime) configs(spec runtime.ContainerSpec) (*container.Config, *conta
 	}
 	if spec.Resources.CPUMillis < 0 || spec.Resources.MemoryBytes < 0 {
 		return nil, nil, invalid("negative resource limit")
+	}
+	if spec.NoNewPrivileges {
+		hc.SecurityOpt = append(hc.SecurityOpt, "no-new-privileges")
 	}
 	if spec.HostNetwork {
 		hc.NetworkMode = "host"

@@ -53,6 +53,9 @@ func TestCreateMapsEveryField(t *testing.T) {
 	spec.Resources = runtime.Resources{CPUMillis: 250, MemoryBytes: 64 << 20}
 	spec.CapAdd = []string{"NET_ADMIN", "SYS_TIME"}
 	spec.CapDrop = []string{"MKNOD"}
+	uid, gid := int64(1000), int64(2000)
+	spec.RunAsUser, spec.RunAsGroup = &uid, &gid
+	spec.ReadOnlyRootFilesystem, spec.NoNewPrivileges = true, true
 	spec.Labels["app"] = "web"
 	spec.Annotations = map[string]string{"note": "kept"}
 	id := create(t, r, spec)
@@ -90,6 +93,9 @@ func TestCreateMapsEveryField(t *testing.T) {
 		{"privileged", hc.Privileged, false},
 		{"capadd", []string(hc.CapAdd), []string{"CAP_NET_ADMIN", "CAP_SYS_TIME"}}, // the engine adds the prefix
 		{"capdrop", []string(hc.CapDrop), []string{"CAP_MKNOD"}},
+		{"user", c.Config.User, "1000:2000"},
+		{"read-only rootfs", hc.ReadonlyRootfs, true},
+		{"security opt", hc.SecurityOpt, []string{"no-new-privileges"}},
 		{"label app", c.Config.Labels["app"], "web"},
 		{"label node", c.Config.Labels[runtime.LabelNode], r.node},
 		{"label uid", c.Config.Labels[runtime.LabelPodUID], "uid-web"},

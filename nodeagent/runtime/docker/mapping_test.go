@@ -69,6 +69,8 @@ func TestConfigsInvalid(t *testing.T) {
 			s.Ports = []runtime.Port{{ContainerPort: 80, HostPort: 81}}
 		}, "hostNetwork"},
 		{"negative limit", func(s *runtime.ContainerSpec) { s.Resources.MemoryBytes = -1 }, "negative"},
+		{"group without user", func(s *runtime.ContainerSpec) { g := int64(5); s.RunAsGroup = &g }, "runAsGroup"},
+		{"negative user", func(s *runtime.ContainerSpec) { u := int64(-1); s.RunAsUser = &u }, "negative"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -170,5 +172,34 @@ func TestNewNeedsNodeName(t *testing.T) {
 	defer cancel()
 	if _, err := New(ctx, Config{NodeName: "n", Host: "unix:///nonexistent/docker.sock"}); err == nil || !strings.Contains(err.Error(), "does not answer") {
 		t.Errorf("New with an absent engine: %v", err)
+	}
+}
+
+func TestConfigsSecurity(t *testing.T) {
+	r := &Runtime{node: "n1"}
+	uid, gid := int64(1000), int64(2000)
+	tests := []struct {
+		name     string
+		spec     runtime.ContainerSpec
+		user     string
+		rofs     bool
+		security []string
+	}{
+		{"none", runtime.ContainerSpec{}, "", false, nil},
+		{"user", runtime.ContainerSpec{RunAsUser: &uid}, "1000", false, nil},
+		{"user and group", runtime.ContainerSpec{RunAsUser: &uid, RunAsGroup: &gid}, "1000:2000", false, nil},
+		{"read-only root, no new privileges", runtime.ContainerSpec{ReadOnlyRootFilesystem: true, NoNewPrivileges: true}, "", true, []string{"no-new-privileges"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.spec.Name, tt.spec.Image = "c", "img:v1"
+			cfg, hc, err := r.configs(tt.spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.User != tt.user || hc.ReadonlyRootfs != tt.rofs || fmt.Sprint(hc.SecurityOpt) != fmt.Sprint(tt.security) {
+				t.Errorf("user %q rofs %v securityOpt %v; want %q %v %v", cfg.User, hc.ReadonlyRootfs, hc.SecurityOpt, tt.user, tt.rofs, tt.security)
+			}
+		})
 	}
 }

@@ -96,6 +96,14 @@ func newID() string {
 	return hex.EncodeToString(b[:])
 }
 
+func clonePtr(p *int64) *int64 {
+	if p == nil {
+		return nil
+	}
+	v := *p
+	return &v
+}
+
 func copySpec(s runtime.ContainerSpec) runtime.ContainerSpec {
 	s.Command = slices.Clone(s.Command)
 	s.Args = slices.Clone(s.Args)
@@ -104,6 +112,8 @@ func copySpec(s runtime.ContainerSpec) runtime.ContainerSpec {
 	s.Mounts = slices.Clone(s.Mounts)
 	s.CapAdd = slices.Clone(s.CapAdd)
 	s.CapDrop = slices.Clone(s.CapDrop)
+	s.RunAsUser = clonePtr(s.RunAsUser)
+	s.RunAsGroup = clonePtr(s.RunAsGroup)
 	s.Labels = maps.Clone(s.Labels)
 	s.Annotations = maps.Clone(s.Annotations)
 	return s
