@@ -225,6 +225,18 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		return nil, err
 	}
 	res.RegisterS = time.Since(t0).Seconds()
+	if useGossip {
+		// Let gossip settle: every member known alive to the server, and
+		// the join broadcasts retransmitted, before anything is timed.
+		if err := waitMembers(ctx, srv, cfg.Nodes, cfg.Timeout); err != nil {
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(gossipSettle):
+		}
+	}
 	res.HeapAgentsMB = heapMB() - res.HeapServerIdleMB
 	log.Info("nodes ready", "nodes", cfg.Nodes, "s", res.RegisterS)
 
@@ -428,6 +440,34 @@ func drain(ctx context.Context, w watch.Interface, r *resources.Resource, f func
 			if err != nil || done {
 				return done, err
 			}
+		}
+	}
+}
+
+// gossipSettle is how long a fleet with gossip idles after every member
+// joined: memberlist retransmits each join about a dozen times at N=100.
+const gossipSettle = 3 * time.Second
+
+// waitMembers waits until the server's gossip member sees n alive agents.
+func waitMembers(ctx context.Context, srv *server, n int, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		alive := 0
+		for _, m := range srv.members.Members() {
+			if m.Alive {
+				alive++
+			}
+		}
+		if alive >= n {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("bench: %d of %d gossip members alive after %s", alive, n, timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
 		}
 	}
 }
