@@ -4,14 +4,17 @@
 #   make test    the whole test suite with the race detector (what CI runs)
 #   make lint    go vet and a gofmt check
 #   make fuzz    each fuzz target for FUZZTIME (default 60s)
-#   make bench   the benchmarks, figures written to bench.out
+#   make bench   all benchmarks: bench-api (go test -bench of the store and the
+#                API, output in bench.out; figures in docs/benchmarks-api.md) and
+#                bench-fleet (simulated fleets of 100 and 1,000 nodes, BIG=1 adds
+#                5,000; writes docs/benchmarks.md)
 
 GO       ?= go
 BIN      ?= bin/everynode
 FUZZTIME ?= 60s
 PKGS     ?= ./...
 
-.PHONY: all build test lint fuzz bench clean
+.PHONY: all build test lint fuzz bench bench-api clean
 
 all: lint build test
 
@@ -31,7 +34,9 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzDecodeValidate$$' -fuzztime=$(FUZZTIME) ./apiserver/strategy/
 	$(GO) test -run='^$$' -fuzz='^FuzzApplyPatch$$' -fuzztime=$(FUZZTIME) ./apiserver/strategy/
 
-bench:
+bench: bench-api bench-fleet
+
+bench-api:
 	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=1s ./store/ ./apiserver/ | tee bench.out
 
 clean:
@@ -39,3 +44,4 @@ clean:
 
 # Example images (make images) and the demo live with the examples.
 include examples/demo.mk
+include bench/bench.mk
