@@ -254,6 +254,28 @@ func kfTutorial(t *testing.T, c *cluster, k *kfTool) {
 	for _, s := range []string{"NAMESPACE", "NODE SELECTOR", "CONTAINERS", "kube-system   fluentd-elasticsearch   3", "default       redis-ds                3"} {
 		kfWant(t, out, s)
 	}
+
+	kfForegroundDelete(t, c, k)
+}
+
+// kfForegroundDelete: delete --cascade=foreground waits (the command's own
+// wait) until the DaemonSet is gone, which happens only after its pods and
+// revisions are: when the command returns, none of them is left.
+func kfForegroundDelete(t *testing.T, c *cluster, k *kfTool) {
+	kfWant(t, k.ok("delete", "ds", "monitor", "--cascade=foreground", "--timeout=60s"), `daemonset.apps "monitor" deleted`)
+	if _, err := c.admin.Get(c.ctx, resources.DaemonSets, "default", "monitor"); !apierrors.IsNotFound(err) {
+		t.Fatalf("monitor after foreground delete: %v", err)
+	}
+	pods, err := c.kfPods("default", kfMonitor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pods) != 0 {
+		t.Fatalf("%d monitor pod(s) left after the foreground delete returned: the DaemonSet went before its dependents", len(pods))
+	}
+	if revs := c.kfRevisions("default", kfMonitor); revs != "" {
+		t.Fatalf("monitor revisions left after the foreground delete returned: %s", revs)
+	}
 }
 
 // kfRollout: set image, status, history, undo, restart on redis-ds.
