@@ -17,6 +17,8 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/everynode/everynode/client"
+	"github.com/everynode/everynode/controller/internal/informer"
+	"github.com/everynode/everynode/controller/internal/workers"
 	"github.com/everynode/everynode/resources"
 )
 
@@ -111,22 +113,15 @@ func New(cfg Config) (*Controller, error) {
 	return c, nil
 }
 
-// Run starts the informers, waits for their caches, runs workers sync
+// Run starts the informers, waits for their caches, runs n sync
 // workers and blocks until ctx ends; it returns after every goroutine it
 // started has stopped. It returns ctx's error if the caches never synced.
 // Run may be called once.
-func (c *Controller) Run(ctx context.Context, workers int) error {
+func (c *Controller) Run(ctx context.Context, n int) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer c.queue.ShutDown()
 
-	for _, inf := range c.informers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			inf.RunWithContext(ctx)
-		}()
-	}
 	if c.runRecorder != nil {
 		wg.Add(1)
 		go func() {
@@ -134,57 +129,25 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 			c.runRecorder(ctx)
 		}()
 	}
-	synced := make([]cache.InformerSynced, len(c.informers))
-	for i, inf := range c.informers {
-		synced[i] = inf.HasSynced
-	}
 	c.logger.Info("daemonset controller: waiting for caches")
-	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
-		return fmt.Errorf("daemonset controller: caches did not sync: %w", ctx.Err())
+	if err := informer.Start(ctx, &wg, "daemonset controller", c.informers...); err != nil {
+		return err
 	}
-	c.logger.Info("daemonset controller: started", "workers", workers)
-	for i := 0; i < workers; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for c.processNextWorkItem(ctx) {
-			}
-		}()
-	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		t := c.clock.NewTicker(BackoffGCInterval)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C():
-				c.failedPodsBackoff.GC()
-			}
-		}
-	}()
+	c.logger.Info("daemonset controller: started", "workers", n)
+	workers.Run(ctx, &wg, n, c.queue, c.sync, c.syncFailed)
+	workers.Every(ctx, &wg, c.clock, BackoffGCInterval, c.failedPodsBackoff.GC)
 	<-ctx.Done()
 	c.logger.Info("daemonset controller: stopping")
 	return nil
 }
 
+// processNextWorkItem syncs one queued daemonset; tests drive it directly.
 func (c *Controller) processNextWorkItem(ctx context.Context) bool {
-	key, shutdown := c.queue.Get()
-	if shutdown {
-		return false
-	}
-	defer c.queue.Done(key)
-	if err := c.sync(ctx, key); err != nil {
-		if ctx.Err() == nil {
-			c.logger.Warn("daemonset sync failed; will retry", "daemonset", key, "err", err)
-		}
-		c.queue.AddRateLimited(key)
-		return true
-	}
-	c.queue.Forget(key)
-	return true
+	return workers.ProcessNext(ctx, c.queue, c.sync, c.syncFailed)
+}
+
+func (c *Controller) syncFailed(key string, err error) {
+	c.logger.Warn("daemonset sync failed; will retry", "daemonset", key, "err", err)
 }
 
 func dsKey(ds *appsv1.DaemonSet) string { return ds.Namespace + "/" + ds.Name }

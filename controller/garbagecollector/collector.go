@@ -18,6 +18,7 @@ import (
 
 	"github.com/everynode/everynode/client"
 	"github.com/everynode/everynode/controller/internal/informer"
+	"github.com/everynode/everynode/controller/internal/workers"
 	"github.com/everynode/everynode/resources"
 )
 
@@ -223,50 +224,19 @@ func (c *Collector) enqueueDeletingOwners(obj any) {
 	}
 }
 
-// Run starts the informers, waits for their caches, runs workers and the
+// Run starts the informers, waits for their caches, runs n workers and the
 // resync ticker, and blocks until ctx ends; it returns after every goroutine
 // it started has stopped.
-func (c *Collector) Run(ctx context.Context, workers int) error {
+func (c *Collector) Run(ctx context.Context, n int) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer c.queue.ShutDown()
-	for _, inf := range c.informers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			inf.RunWithContext(ctx)
-		}()
+	if err := informer.Start(ctx, &wg, "garbage collector", c.informers...); err != nil {
+		return err
 	}
-	synced := make([]cache.InformerSynced, len(c.informers))
-	for i, inf := range c.informers {
-		synced[i] = inf.HasSynced
-	}
-	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
-		return fmt.Errorf("garbage collector: caches did not sync: %w", ctx.Err())
-	}
-	for i := 0; i < workers; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for c.processNextWorkItem(ctx) {
-			}
-		}()
-	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		t := c.clock.NewTicker(c.resync)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C():
-				c.enqueueAll()
-			}
-		}
-	}()
-	c.logger.Info("garbage collector: started", "workers", workers)
+	workers.Run(ctx, &wg, n, c.queue, c.sync, c.syncFailed)
+	workers.Every(ctx, &wg, c.clock, c.resync, c.enqueueAll)
+	c.logger.Info("garbage collector: started", "workers", n)
 	<-ctx.Done()
 	return nil
 }
@@ -289,21 +259,8 @@ func (c *Collector) enqueueAll() {
 	}
 }
 
-func (c *Collector) processNextWorkItem(ctx context.Context) bool {
-	it, shutdown := c.queue.Get()
-	if shutdown {
-		return false
-	}
-	defer c.queue.Done(it)
-	if err := c.sync(ctx, it); err != nil {
-		if ctx.Err() == nil {
-			c.logger.Warn("garbage collection failed; will retry", "resource", it.resource, "object", it.namespace+"/"+it.name, "err", err)
-		}
-		c.queue.AddRateLimited(it)
-		return true
-	}
-	c.queue.Forget(it)
-	return true
+func (c *Collector) syncFailed(it item, err error) {
+	c.logger.Warn("garbage collection failed; will retry", "resource", it.resource, "object", it.namespace+"/"+it.name, "err", err)
 }
 
 func (c *Collector) sync(ctx context.Context, it item) error {

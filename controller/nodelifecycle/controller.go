@@ -19,6 +19,7 @@ import (
 
 	"github.com/everynode/everynode/client"
 	"github.com/everynode/everynode/controller/internal/informer"
+	"github.com/everynode/everynode/controller/internal/workers"
 	"github.com/everynode/everynode/resources"
 )
 
@@ -157,36 +158,18 @@ func (c *Controller) enqueueAll() {
 	}
 }
 
-// Run starts the informers, waits for their caches, runs workers and the
+// Run starts the informers, waits for their caches, runs n workers and the
 // membership loop (hints plus a ReconcileInterval ticker), and blocks until
 // ctx ends; it returns after every goroutine it started has stopped.
-func (c *Controller) Run(ctx context.Context, workers int) error {
+func (c *Controller) Run(ctx context.Context, n int) error {
 	c.started = c.clock.Now()
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer c.queue.ShutDown()
-	for _, inf := range c.informers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			inf.RunWithContext(ctx)
-		}()
+	if err := informer.Start(ctx, &wg, "node lifecycle controller", c.informers...); err != nil {
+		return err
 	}
-	synced := make([]cache.InformerSynced, len(c.informers))
-	for i, inf := range c.informers {
-		synced[i] = inf.HasSynced
-	}
-	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
-		return fmt.Errorf("node lifecycle controller: caches did not sync: %w", ctx.Err())
-	}
-	for i := 0; i < workers; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for c.processNextWorkItem(ctx) {
-			}
-		}()
-	}
+	workers.Run(ctx, &wg, n, c.queue, c.sync, c.syncFailed)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -203,26 +186,13 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 			}
 		}
 	}()
-	c.logger.Info("node lifecycle controller: started", "workers", workers)
+	c.logger.Info("node lifecycle controller: started", "workers", n)
 	<-ctx.Done()
 	return nil
 }
 
-func (c *Controller) processNextWorkItem(ctx context.Context) bool {
-	key, shutdown := c.queue.Get()
-	if shutdown {
-		return false
-	}
-	defer c.queue.Done(key)
-	if err := c.sync(ctx, key); err != nil {
-		if ctx.Err() == nil {
-			c.logger.Warn("node lifecycle sync failed; will retry", "node", key, "err", err)
-		}
-		c.queue.AddRateLimited(key)
-		return true
-	}
-	c.queue.Forget(key)
-	return true
+func (c *Controller) syncFailed(key string, err error) {
+	c.logger.Warn("node lifecycle sync failed; will retry", "node", key, "err", err)
 }
 
 // sync reconciles one node: Ready condition, lifecycle taints, pod

@@ -5,6 +5,7 @@ package informer
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -74,4 +75,25 @@ func New(c client.Interface, r *resources.Resource, extra cache.Indexers) cache.
 		idx[k] = v
 	}
 	return cache.NewSharedIndexInformer(NewListWatcher(c, r), r.New(), 0, idx)
+}
+
+// Start runs each informer in its own goroutine on wg and waits for all their
+// caches to sync. The caller owns the goroutines: they stop when ctx ends, and
+// the caller waits for them with wg.Wait, also when Start fails. Start fails,
+// with an error naming the caller (name), only if ctx ends before the caches
+// have synced.
+func Start(ctx context.Context, wg *sync.WaitGroup, name string, informers ...cache.SharedIndexInformer) error {
+	synced := make([]cache.InformerSynced, len(informers))
+	for i, inf := range informers {
+		synced[i] = inf.HasSynced
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			inf.RunWithContext(ctx)
+		}()
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+		return fmt.Errorf("%s: caches did not sync: %w", name, ctx.Err())
+	}
+	return nil
 }
