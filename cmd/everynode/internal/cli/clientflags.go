@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"sort"
 	"strings"
 
@@ -145,4 +146,17 @@ func eachName(ctx context.Context, names []string, errOut func(error), f func(ct
 		}
 	}
 	return last
+}
+
+// withClient connects as connect does, passes the client to run, closes it
+// when run returns, and explains a transport error from run with the server's
+// address.
+func (c *clientFlags) withClient(ctx context.Context, m *Main, out io.Writer,
+	run func(context.Context, client.Interface, io.Writer) error) error {
+	h, err := c.connect(m)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	return explainTransport(run(ctx, h, out), h.Server())
 }

@@ -105,12 +105,7 @@ func (c *RolloutStatusCommand) Run(ctx context.Context, args []string, std IO) e
 	if err := c.parse(args, std); err != nil {
 		return err
 	}
-	h, err := c.connect(c.main)
-	if err != nil {
-		return err
-	}
-	defer h.Close()
-	return explainTransport(c.run(ctx, h, std.Out), h.Server())
+	return c.withClient(ctx, c.main, std.Out, c.run)
 }
 
 // daemonSetStatus is kubectl's DaemonSet status viewer, verbatim: the line

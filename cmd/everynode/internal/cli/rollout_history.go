@@ -51,21 +51,11 @@ func (c *RolloutHistoryCommand) Run(ctx context.Context, args []string, std IO) 
 	if err := c.parse(args, std); err != nil {
 		return err
 	}
-	h, err := c.connect(c.main)
-	if err != nil {
-		return err
-	}
-	defer h.Close()
-	return explainTransport(c.run(ctx, h, std.Out), h.Server())
+	return c.withClient(ctx, c.main, std.Out, c.run)
 }
 
 func (c *RolloutHistoryCommand) run(ctx context.Context, h client.Interface, out io.Writer) error {
-	obj, err := h.Get(ctx, resources.DaemonSets, c.ns(), c.name)
-	if err != nil {
-		return err
-	}
-	ds := obj.(*appsv1.DaemonSet)
-	revs, err := daemonSetHistory(ctx, h, ds)
+	ds, revs, err := getDaemonSetHistory(ctx, h, c.ns(), c.name)
 	if err != nil {
 		return err
 	}
@@ -80,6 +70,20 @@ func (c *RolloutHistoryCommand) run(ctx context.Context, h client.Interface, out
 	// kubectl's name printer: "daemonset.apps/NAME <operation>".
 	_, err = fmt.Fprintf(out, "%s %s\n%s\n", objectRef(resources.DaemonSets, ds.Name), with, text)
 	return err
+}
+
+// getDaemonSetHistory gets the daemon set namespace/name and its revisions.
+func getDaemonSetHistory(ctx context.Context, h client.Interface, namespace, name string) (*appsv1.DaemonSet, []*appsv1.ControllerRevision, error) {
+	obj, err := h.Get(ctx, resources.DaemonSets, namespace, name)
+	if err != nil {
+		return nil, nil, err
+	}
+	ds := obj.(*appsv1.DaemonSet)
+	revs, err := daemonSetHistory(ctx, h, ds)
+	if err != nil {
+		return nil, nil, err
+	}
+	return ds, revs, nil
 }
 
 // daemonSetHistory lists the ControllerRevisions the DaemonSet controls
@@ -224,21 +228,11 @@ func (c *RolloutUndoCommand) Run(ctx context.Context, args []string, std IO) err
 	if err := c.parse(args, std); err != nil {
 		return err
 	}
-	h, err := c.connect(c.main)
-	if err != nil {
-		return err
-	}
-	defer h.Close()
-	return explainTransport(c.run(ctx, h, std.Out), h.Server())
+	return c.withClient(ctx, c.main, std.Out, c.run)
 }
 
 func (c *RolloutUndoCommand) run(ctx context.Context, h client.Interface, out io.Writer) error {
-	obj, err := h.Get(ctx, resources.DaemonSets, c.ns(), c.name)
-	if err != nil {
-		return err
-	}
-	ds := obj.(*appsv1.DaemonSet)
-	revs, err := daemonSetHistory(ctx, h, ds)
+	ds, revs, err := getDaemonSetHistory(ctx, h, c.ns(), c.name)
 	if err != nil {
 		return err
 	}

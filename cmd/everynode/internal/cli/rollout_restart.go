@@ -41,12 +41,7 @@ func (c *RolloutRestartCommand) Run(ctx context.Context, args []string, std IO) 
 	if err := c.parse(args, std); err != nil {
 		return err
 	}
-	h, err := c.connect(c.main)
-	if err != nil {
-		return err
-	}
-	defer h.Close()
-	return explainTransport(c.run(ctx, h, std.Out), h.Server())
+	return c.withClient(ctx, c.main, std.Out, c.run)
 }
 
 func (c *RolloutRestartCommand) run(ctx context.Context, h client.Interface, out io.Writer) error {

@@ -59,12 +59,7 @@ func (c *SetImageCommand) Run(ctx context.Context, args []string, std IO) error 
 	if err := c.parse(args, std); err != nil {
 		return err
 	}
-	h, err := c.connect(c.main)
-	if err != nil {
-		return err
-	}
-	defer h.Close()
-	return explainTransport(c.run(ctx, h, std.Out), h.Server())
+	return c.withClient(ctx, c.main, std.Out, c.run)
 }
 
 func (c *SetImageCommand) run(ctx context.Context, h client.Interface, out io.Writer) error {
