@@ -41,8 +41,9 @@ type kubectlEnv struct {
 }
 
 // newKubectlEnv skips the test when kubectl is not on PATH, unless
-// EVERYNODE_REQUIRE_KUBECTL=1 (CI), which makes it fail.
-func newKubectlEnv(t *testing.T) *kubectlEnv {
+// EVERYNODE_REQUIRE_KUBECTL=1 (CI), which makes it fail. Each configure
+// function may adjust the server's Config before it starts.
+func newKubectlEnv(t *testing.T, configure ...func(*Config)) *kubectlEnv {
 	t.Helper()
 	if _, err := exec.LookPath("kubectl"); err != nil {
 		if os.Getenv("EVERYNODE_REQUIRE_KUBECTL") == "1" {
@@ -56,7 +57,11 @@ func newKubectlEnv(t *testing.T) *kubectlEnv {
 	if err != nil {
 		t.Fatalf("pki.Load: %v", err)
 	}
-	s, err := New(Config{Store: st, Authenticator: cluster, Logger: testLogger()})
+	cfg := Config{Store: st, Authenticator: cluster, Logger: testLogger()}
+	for _, f := range configure {
+		f(&cfg)
+	}
+	s, err := New(cfg)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}

@@ -3,17 +3,13 @@ package apiserver
 import (
 	"bufio"
 	"context"
-	"net"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/everynode/everynode/apiserver/pki"
 	"github.com/everynode/everynode/client"
 )
 
@@ -21,46 +17,7 @@ import (
 // pods/log (skipped without kubectl, unless EVERYNODE_REQUIRE_KUBECTL=1).
 func newKubectlLogsEnv(t *testing.T, credential func(string) string) *kubectlEnv {
 	t.Helper()
-	if _, err := exec.LookPath("kubectl"); err != nil {
-		if os.Getenv("EVERYNODE_REQUIRE_KUBECTL") == "1" {
-			t.Fatalf("kubectl is required (EVERYNODE_REQUIRE_KUBECTL=1) but not on PATH: %v", err)
-		}
-		t.Skipf("SKIPPING real-kubectl test: kubectl not on PATH (%v); set EVERYNODE_REQUIRE_KUBECTL=1 to fail instead", err)
-	}
-	st := openStore(t)
-	dir := t.TempDir()
-	cluster, err := pki.Load(filepath.Join(dir, "pki"))
-	if err != nil {
-		t.Fatalf("pki.Load: %v", err)
-	}
-	s, err := New(Config{Store: st, Authenticator: cluster, Logger: testLogger(), NodeCredential: credential})
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
-	if err := s.EnsureNamespaces(testCtx(t), "default"); err != nil {
-		t.Fatalf("EnsureNamespaces: %v", err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx, ln, cluster.TLSConfig()) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
-	k := &kubectlEnv{
-		t: t, s: s, c: NewLocalClient(s, "test", mastersGroup),
-		kubeconfig: filepath.Join(dir, "kubeconfig"), cacheDir: filepath.Join(dir, "cache"),
-	}
-	if err := pki.WriteKubeconfig(k.kubeconfig, "https://"+ln.Addr().String(), cluster.CAPEM(), cluster.AdminToken(), "everynode"); err != nil {
-		t.Fatalf("WriteKubeconfig: %v", err)
-	}
-	return k
+	return newKubectlEnv(t, func(c *Config) { c.NodeCredential = credential })
 }
 
 // TestKubectlLogs drives pods/log with the real kubectl: a pod's log,
