@@ -148,6 +148,27 @@ func eachName(ctx context.Context, names []string, errOut func(error), f func(ct
 	return last
 }
 
+// forEachTarget runs f for each named object or, when names is empty, for
+// every object of r in namespace ns that matches selector (kubectl's
+// "NAME..." or "-l SEL"/"--all"). Each failure but the last is printed to
+// errOut as it happens; the last is returned, as eachName does. Transport
+// errors name the server.
+func forEachTarget(ctx context.Context, h *client.HTTP, r *resources.Resource, ns string, names []string, selector string,
+	errOut io.Writer, f func(ctx context.Context, name string) error) error {
+	if len(names) == 0 {
+		objs, _, err := h.List(ctx, r, ns, client.ListOptions{LabelSelector: selector})
+		if err != nil {
+			return explainTransport(err, h.Server())
+		}
+		for _, o := range objs {
+			names = append(names, o.GetName())
+		}
+	}
+	return eachName(ctx, names, func(err error) { fmt.Fprintln(errOut, FormatError(err)) }, func(ctx context.Context, name string) error {
+		return explainTransport(f(ctx, name), h.Server())
+	})
+}
+
 // withClient connects as connect does, passes the client to run, closes it
 // when run returns, and explains a transport error from run with the server's
 // address.

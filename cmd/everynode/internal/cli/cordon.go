@@ -81,18 +81,8 @@ func (c *CordonCommand) Run(ctx context.Context, args []string, std IO) error {
 		return err
 	}
 	defer h.Close()
-	names := c.names
-	if len(names) == 0 {
-		objs, _, err := h.List(ctx, resources.Nodes, "", client.ListOptions{LabelSelector: c.selector})
-		if err != nil {
-			return explainTransport(err, h.Server())
-		}
-		for _, o := range objs {
-			names = append(names, o.GetName())
-		}
-	}
-	return eachName(ctx, names, func(err error) { fmt.Fprintln(std.Err, FormatError(err)) }, func(ctx context.Context, name string) error {
-		return explainTransport(setUnschedulable(ctx, h, name, !c.uncordon, std.Out), h.Server())
+	return forEachTarget(ctx, h, resources.Nodes, "", c.names, c.selector, std.Err, func(ctx context.Context, name string) error {
+		return setUnschedulable(ctx, h, name, !c.uncordon, std.Out)
 	})
 }
 

@@ -129,18 +129,8 @@ func (c *LabelCommand) Run(ctx context.Context, args []string, std IO) error {
 		return err
 	}
 	defer h.Close()
-	names := c.names
-	if len(names) == 0 {
-		objs, _, err := h.List(ctx, c.r, c.ns(), client.ListOptions{LabelSelector: c.selector})
-		if err != nil {
-			return explainTransport(err, h.Server())
-		}
-		for _, o := range objs {
-			names = append(names, o.GetName())
-		}
-	}
-	return eachName(ctx, names, func(err error) { fmt.Fprintln(std.Err, FormatError(err)) }, func(ctx context.Context, name string) error {
-		return explainTransport(c.one(ctx, h, name, std.Out), h.Server())
+	return forEachTarget(ctx, h, c.r, c.ns(), c.names, c.selector, std.Err, func(ctx context.Context, name string) error {
+		return c.one(ctx, h, name, std.Out)
 	})
 }
 
