@@ -102,12 +102,12 @@ func startServer(ctx context.Context, dir string, useGossip bool, log *slog.Logg
 
 	s.local = apiserver.NewLocalClient(s.api, "system:controller", pki.MastersGroup)
 	if useGossip {
-		gm := newGossipMembership(s.member)
+		gm := nodelifecycle.NewGossipMembership(s.member)
 		s.members = gm
 		ctrlCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 		var wg sync.WaitGroup
 		wg.Add(1)
-		go func() { defer wg.Done(); gm.run(ctrlCtx) }()
+		go func() { defer wg.Done(); gm.Run(ctrlCtx) }()
 		cleanups = append(cleanups, func() error { stop(); wg.Wait(); return nil })
 	} else {
 		s.static = newStaticMembership()

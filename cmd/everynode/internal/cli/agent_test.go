@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/everynode/everynode/controller/nodelifecycle"
 	"github.com/everynode/everynode/gossip"
 )
 
@@ -54,47 +53,15 @@ type fakeGossip struct {
 func (f *fakeGossip) Members() []gossip.MemberInfo { return f.members }
 func (f *fakeGossip) Hints() <-chan string         { return f.hints }
 
-func TestMembership(t *testing.T) {
-	g := &fakeGossip{hints: make(chan string, 4), members: []gossip.MemberInfo{
+func TestServerSeeds(t *testing.T) {
+	g := &fakeGossip{members: []gossip.MemberInfo{
 		{Name: "alive", State: gossip.Alive, Meta: gossip.Meta{Role: gossip.RoleAgent}},
-		{Name: "suspect", State: gossip.Suspect, Meta: gossip.Meta{Role: gossip.RoleAgent}},
-		{Name: "dead", State: gossip.Dead, Meta: gossip.Meta{Role: gossip.RoleAgent}},
-		{Name: "left", State: gossip.Left, Meta: gossip.Meta{Role: gossip.RoleAgent}},
 		{Name: "server-with-agent", State: gossip.Alive, Addr: "10.0.0.1:7946", Meta: gossip.Meta{Role: gossip.RoleServer, AgentAddr: "10.0.0.1:10250"}},
 		{Name: "everynode-server-x", State: gossip.Alive, Addr: "10.0.0.2:7946", Meta: gossip.Meta{Role: gossip.RoleServer}},
 		{Name: "gone-server", State: gossip.Dead, Addr: "10.0.0.3:7946", Meta: gossip.Meta{Role: gossip.RoleServer}},
 	}}
-	ms := newMembership(g)
-	want := []nodelifecycle.Member{
-		{Name: "alive", Alive: true}, {Name: "suspect", Alive: true}, {Name: "dead"}, {Name: "left", Left: true},
-		{Name: "server-with-agent", Alive: true},
-	}
-	if got := ms.Members(); !slices.Equal(got, want) {
-		t.Errorf("Members() = %+v, want %+v", got, want)
-	}
 	if got := serverSeeds(g); !slices.Equal(got, []string{"10.0.0.1:7946", "10.0.0.2:7946"}) {
 		t.Errorf("serverSeeds = %v", got)
-	}
-
-	// Hints become coalesced Changed signals; run ends when Hints closes.
-	g.hints <- "a"
-	g.hints <- "b"
-	close(g.hints)
-	done := make(chan struct{})
-	go func() {
-		ms.run(t.Context())
-		close(done)
-	}()
-	<-done
-	select {
-	case <-ms.Changed():
-	default:
-		t.Fatal("no Changed signal after hints")
-	}
-	select {
-	case <-ms.Changed():
-		t.Fatal("hints were not coalesced")
-	default:
 	}
 }
 

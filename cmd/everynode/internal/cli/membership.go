@@ -5,70 +5,14 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/everynode/everynode/controller/nodelifecycle"
 	"github.com/everynode/everynode/gossip"
 )
 
-// gossipMembers is what the adapters read of a gossip member.
+// gossipMembers is what serverSeeds reads of a gossip member.
 type gossipMembers interface {
 	Members() []gossip.MemberInfo
 	Hints() <-chan string
 }
-
-// membership adapts a gossip member to nodelifecycle.Membership: Alive →
-// alive, Left (graceful stop) → left, Dead → neither (Ready=Unknown).
-// Members that announce no agent (a server run with --no-agent) are not
-// nodes and are left out.
-type membership struct {
-	m       gossipMembers
-	changed chan struct{}
-}
-
-var _ nodelifecycle.Membership = (*membership)(nil)
-
-func newMembership(m gossipMembers) *membership {
-	return &membership{m: m, changed: make(chan struct{}, 1)}
-}
-
-// Members implements nodelifecycle.Membership.
-func (ms *membership) Members() []nodelifecycle.Member {
-	infos := ms.m.Members()
-	out := make([]nodelifecycle.Member, 0, len(infos))
-	for _, mi := range infos {
-		if mi.Meta.Role == gossip.RoleServer && !serverHasAgent(mi) {
-			continue
-		}
-		out = append(out, nodelifecycle.Member{Name: mi.Name, Alive: mi.State == gossip.Alive || mi.State == gossip.Suspect, Left: mi.State == gossip.Left})
-	}
-	return out
-}
-
-// Changed implements nodelifecycle.Membership.
-func (ms *membership) Changed() <-chan struct{} { return ms.changed }
-
-// run turns the member's hints into Changed signals (coalesced, never
-// blocking) until ctx ends or the member is closed.
-func (ms *membership) run(ctx context.Context) {
-	hints := ms.m.Hints()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case _, ok := <-hints:
-			if !ok {
-				return
-			}
-			select {
-			case ms.changed <- struct{}{}:
-			default:
-			}
-		}
-	}
-}
-
-// serverHasAgent reports whether a server member also runs a local agent
-// (its member name is then the node name).
-func serverHasAgent(mi gossip.MemberInfo) bool { return mi.Meta.AgentAddr != "" }
 
 // serverSeeds are the gossip addresses of the live server members.
 func serverSeeds(m gossipMembers) []string {

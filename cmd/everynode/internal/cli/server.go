@@ -19,6 +19,7 @@ import (
 	"github.com/everynode/everynode/client"
 	"github.com/everynode/everynode/controller"
 	"github.com/everynode/everynode/controller/leader"
+	"github.com/everynode/everynode/controller/nodelifecycle"
 	"github.com/everynode/everynode/gossip"
 	"github.com/everynode/everynode/nodeagent"
 	"github.com/everynode/everynode/store"
@@ -246,11 +247,11 @@ func (c *ServerCommand) Run(ctx context.Context, args []string, std IO) error {
 	ctrlCtx, stopCtrl := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopCtrl()
 	var ctrlWG sync.WaitGroup
-	ms := newMembership(member)
+	ms := nodelifecycle.NewGossipMembership(member)
 	ctrlWG.Add(3)
 	go func() {
 		defer ctrlWG.Done()
-		ms.run(ctrlCtx)
+		ms.Run(ctrlCtx)
 	}()
 	go func() {
 		defer ctrlWG.Done()
