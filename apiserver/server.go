@@ -47,6 +47,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/apimachinery/pkg/version"
 
+	"github.com/everynode/everynode/internal/httpserve"
 	"github.com/everynode/everynode/resources"
 	"github.com/everynode/everynode/store"
 )
@@ -198,36 +199,10 @@ func (s *Server) Run(ctx context.Context, ln net.Listener, tlsCfg *tls.Config) e
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
 	srv.RegisterOnShutdown(s.cancel)
-	errc := make(chan error, 1)
-	go func() {
-		if tlsCfg != nil {
-			srv.TLSConfig = tlsCfg.Clone()
-			errc <- srv.ServeTLS(ln, "", "")
-			return
-		}
-		errc <- srv.Serve(ln)
-	}()
 	s.log.Info("API server listening", "addr", ln.Addr().String(), "tls", tlsCfg != nil)
-	select {
-	case err := <-errc:
-		s.cancel()
-		return fmt.Errorf("apiserver: serve %s: %w", ln.Addr(), err)
-	case <-ctx.Done():
-	}
-	s.cancel() // end watch streams before waiting for connections to go idle
-	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
-	defer cancel()
-	err := srv.Shutdown(sctx)
-	if err != nil {
-		// Some connection would not go idle in time (a client that stopped
-		// reading a watch): cut every connection.
-		_ = srv.Close()
-	}
-	if serr := <-errc; serr != nil && !errors.Is(serr, http.ErrServerClosed) && err == nil {
-		err = serr
-	}
-	if err != nil {
-		return fmt.Errorf("apiserver: shutdown: %w", err)
+	// s.cancel ends the watch streams before waiting for connections to go idle.
+	if err := httpserve.Serve(ctx, srv, ln, tlsCfg, shutdownTimeout, s.cancel); err != nil {
+		return fmt.Errorf("apiserver: %w", err)
 	}
 	s.log.Info("API server stopped")
 	return nil

@@ -20,6 +20,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/everynode/everynode/internal/httpserve"
 )
 
 // The agent's log endpoint, as kubelet's:
@@ -81,33 +83,10 @@ func (a *Agent) ServeLogs(ctx context.Context, ln net.Listener, tlsCfg *tls.Conf
 		IdleTimeout:       2 * time.Minute,
 		BaseContext:       func(net.Listener) context.Context { return ctx },
 	}
-	errc := make(chan error, 1)
-	go func() {
-		if tlsCfg != nil {
-			srv.TLSConfig = tlsCfg.Clone()
-			errc <- srv.ServeTLS(ln, "", "")
-			return
-		}
-		errc <- srv.Serve(ln)
-	}()
 	a.log.Info("serving container logs", "addr", ln.Addr().String(), "tls", tlsCfg != nil)
-	select {
-	case err := <-errc:
-		return fmt.Errorf("nodeagent: serve logs on %s: %w", ln.Addr(), err)
-	case <-ctx.Done():
-	}
-	cancel() // ends every follow (their contexts derive from BaseContext)
-	sctx, scancel := context.WithTimeout(context.Background(), logServerShutdown)
-	defer scancel()
-	err := srv.Shutdown(sctx)
-	if err != nil {
-		_ = srv.Close()
-	}
-	if serr := <-errc; serr != nil && !errors.Is(serr, http.ErrServerClosed) && err == nil {
-		err = serr
-	}
-	if err != nil {
-		return fmt.Errorf("nodeagent: stop log server: %w", err)
+	// cancel ends every follow (their contexts derive from BaseContext).
+	if err := httpserve.Serve(ctx, srv, ln, tlsCfg, logServerShutdown, cancel); err != nil {
+		return fmt.Errorf("nodeagent: log server: %w", err)
 	}
 	return nil
 }
