@@ -7,8 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"github.com/everynode/everynode/client/kubeconfig"
 )
 
 // KubeconfigPaths returns the kubeconfig files consulted, in kubectl's order:
@@ -51,13 +50,7 @@ func LoadKubeconfigFrom(paths []string) (Config, error) {
 	if len(paths) == 0 {
 		return Config{}, errors.New("no kubeconfig: no --kubeconfig, KUBECONFIG or home directory")
 	}
-	rules := &clientcmd.ClientConfigLoadingRules{}
-	if len(paths) == 1 {
-		rules.ExplicitPath = paths[0]
-	} else {
-		rules.Precedence = paths
-	}
-	raw, err := rules.Load()
+	raw, err := kubeconfig.Load(paths, len(paths) == 1)
 	if err != nil {
 		return Config{}, err
 	}
@@ -67,13 +60,13 @@ func LoadKubeconfigFrom(paths []string) (Config, error) {
 	return fromKubeconfig(raw)
 }
 
-func fromKubeconfig(raw *clientcmdapi.Config) (Config, error) {
+func fromKubeconfig(raw *kubeconfig.Config) (Config, error) {
 	name := raw.CurrentContext
-	ctx, ok := raw.Contexts[name]
+	ctx, ok := raw.Context(name)
 	if !ok {
 		return Config{}, fmt.Errorf("kubeconfig: current context %q not found", name)
 	}
-	cluster, ok := raw.Clusters[ctx.Cluster]
+	cluster, ok := raw.Cluster(ctx.Cluster)
 	if !ok {
 		return Config{}, fmt.Errorf("kubeconfig: cluster %q of context %q not found", ctx.Cluster, name)
 	}
@@ -88,7 +81,7 @@ func fromKubeconfig(raw *clientcmdapi.Config) (Config, error) {
 		}
 		cfg.CAPEM = b
 	}
-	if user, ok := raw.AuthInfos[ctx.AuthInfo]; ok {
+	if user, ok := raw.User(ctx.User); ok {
 		cfg.Token = user.Token
 		if cfg.Token == "" && user.TokenFile != "" {
 			b, err := os.ReadFile(user.TokenFile)

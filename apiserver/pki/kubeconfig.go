@@ -5,8 +5,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"github.com/everynode/everynode/client/kubeconfig"
 )
 
 // WriteKubeconfig writes a kubeconfig for kubectl and everynode's client verbs:
@@ -17,21 +16,7 @@ func WriteKubeconfig(path, serverURL string, caPEM []byte, token, contextName st
 	if contextName == "" {
 		contextName = "everynode"
 	}
-	cfg := clientcmdapi.NewConfig()
-	cluster := clientcmdapi.NewCluster()
-	cluster.Server = serverURL
-	cluster.CertificateAuthorityData = caPEM
-	cfg.Clusters[contextName] = cluster
-	user := clientcmdapi.NewAuthInfo()
-	user.Token = token
-	cfg.AuthInfos[contextName] = user
-	ctx := clientcmdapi.NewContext()
-	ctx.Cluster = contextName
-	ctx.AuthInfo = contextName
-	cfg.Contexts[contextName] = ctx
-	cfg.CurrentContext = contextName
-
-	data, err := clientcmd.Write(*cfg)
+	data, err := kubeconfig.Encode(kubeconfig.New(contextName, serverURL, caPEM, token))
 	if err != nil {
 		return fmt.Errorf("pki: encode kubeconfig: %w", err)
 	}
