@@ -12,7 +12,6 @@ import (
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/image"
-	"github.com/docker/docker/pkg/jsonmessage"
 
 	"github.com/everynode/everynode/nodeagent/runtime"
 )
@@ -50,7 +49,7 @@ func (r *Runtime) PullImage(ctx context.Context, ref string) (string, error) {
 	dec := json.NewDecoder(rc)
 	next := time.Now().Add(progressEvery)
 	for {
-		var m jsonmessage.JSONMessage
+		var m pullMessage
 		if err := dec.Decode(&m); err != nil {
 			if errors.Is(err, io.EOF) {
 				break
@@ -102,6 +101,27 @@ func pullError(ctx context.Context, ref string, err error) error {
 	return &runtime.Error{Op: "pull", Kind: kind, Subject: ref, Err: fmt.Errorf("%s: %w", hint, err)}
 }
 
+// pullMessage is one message of the engine's pull progress stream: the
+// fields of Docker's jsonmessage.JSONMessage the agent reads. (That package
+// renders progress bars on terminals; decoding four fields does not need it.)
+type pullMessage struct {
+	ID       string              `json:"id,omitempty"`
+	Status   string              `json:"status,omitempty"`
+	Progress *pullProgressDetail `json:"progressDetail,omitempty"`
+	Error    *pullErrorDetail    `json:"errorDetail,omitempty"`
+}
+
+// pullProgressDetail is a layer's download progress in bytes.
+type pullProgressDetail struct {
+	Current int64 `json:"current,omitempty"`
+	Total   int64 `json:"total,omitempty"`
+}
+
+// pullErrorDetail is the error that ends a failed pull.
+type pullErrorDetail struct {
+	Message string `json:"message,omitempty"`
+}
+
 // pullProgress sums up the engine's per-layer progress messages.
 type pullProgress struct {
 	layers map[string]*layer
@@ -113,7 +133,7 @@ type layer struct {
 	done           bool
 }
 
-func (p *pullProgress) add(m jsonmessage.JSONMessage) {
+func (p *pullProgress) add(m pullMessage) {
 	if m.ID == "" || strings.HasPrefix(m.Status, "Pulling from") {
 		if m.Status != "" {
 			p.last = m.Status

@@ -2,6 +2,7 @@ package docker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -134,13 +135,13 @@ func TestPullErrorKinds(t *testing.T) {
 
 func TestPullProgressSummary(t *testing.T) {
 	p := &pullProgress{layers: make(map[string]*layer)}
-	for _, m := range []jsonmessage.JSONMessage{
+	for _, m := range []pullMessage{
 		{Status: "Pulling from library/app", ID: "v1"},
 		{Status: "Pulling fs layer", ID: "a"},
 		{Status: "Pulling fs layer", ID: "b"},
 		{Status: "Already exists", ID: "c"},
-		{Status: "Downloading", ID: "a", Progress: &jsonmessage.JSONProgress{Current: 50, Total: 100}},
-		{Status: "Downloading", ID: "b", Progress: &jsonmessage.JSONProgress{Current: 10, Total: 40}},
+		{Status: "Downloading", ID: "a", Progress: &pullProgressDetail{Current: 50, Total: 100}},
+		{Status: "Downloading", ID: "b", Progress: &pullProgressDetail{Current: 10, Total: 40}},
 		{Status: "Pull complete", ID: "a"},
 		{Status: "Digest: sha256:abc"},
 	} {
@@ -149,6 +150,42 @@ func TestPullProgressSummary(t *testing.T) {
 	done, total, cur, size := p.summary()
 	if got := fmt.Sprintf("%d %d %d %d %s", done, total, cur, size, p.last); got != "2 3 110 140 Digest: sha256:abc" {
 		t.Errorf("summary = %s", got)
+	}
+}
+
+// TestPullMessageDecodesLikeJSONMessage decodes engine progress lines into
+// pullMessage and into Docker's own jsonmessage.JSONMessage and compares the
+// fields the agent reads.
+func TestPullMessageDecodesLikeJSONMessage(t *testing.T) {
+	lines := []string{
+		`{"status":"Pulling from library/busybox","id":"1.36"}`,
+		`{"status":"Downloading","progressDetail":{"current":50,"total":100},"progress":"[=====>     ]  50B/100B","id":"a1b2"}`,
+		`{"status":"Pull complete","progressDetail":{},"id":"a1b2"}`,
+		`{"status":"Digest: sha256:abc"}`,
+		`{"errorDetail":{"message":"manifest unknown"},"error":"manifest unknown"}`,
+	}
+	for _, l := range lines {
+		var ours pullMessage
+		var ref jsonmessage.JSONMessage
+		if err := json.Unmarshal([]byte(l), &ours); err != nil {
+			t.Fatalf("%s: %v", l, err)
+		}
+		if err := json.Unmarshal([]byte(l), &ref); err != nil {
+			t.Fatalf("%s: %v", l, err)
+		}
+		got := fmt.Sprintf("%q %q %v %v", ours.ID, ours.Status, ours.Progress != nil, ours.Error != nil)
+		want := fmt.Sprintf("%q %q %v %v", ref.ID, ref.Status, ref.Progress != nil, ref.Error != nil)
+		if ours.Progress != nil && ref.Progress != nil {
+			got += fmt.Sprintf(" %d/%d", ours.Progress.Current, ours.Progress.Total)
+			want += fmt.Sprintf(" %d/%d", ref.Progress.Current, ref.Progress.Total)
+		}
+		if ours.Error != nil && ref.Error != nil {
+			got += " " + ours.Error.Message
+			want += " " + ref.Error.Message
+		}
+		if got != want {
+			t.Errorf("%s:\n pullMessage %s\n JSONMessage %s", l, got, want)
+		}
 	}
 }
 
