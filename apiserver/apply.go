@@ -118,19 +118,11 @@ func managerFromRequest(req *http.Request) string {
 // and fields another manager owns with a different value are conflicts (409)
 // unless force=true.
 func (s *Server) serveApply(w http.ResponseWriter, req *http.Request, c call) error {
+	dry, strict, body, err := s.patchParams(w, req)
+	if err != nil {
+		return err
+	}
 	q := req.URL.Query()
-	dry, err := dryRunParam(q)
-	if err != nil {
-		return err
-	}
-	strict, err := strictParam(q)
-	if err != nil {
-		return err
-	}
-	body, err := s.readBody(w, req)
-	if err != nil {
-		return err
-	}
 	out, created, err := s.applyBody(req.Context(), c, body, q.Get("fieldManager"), queryBool(q, "force"), strict, dry)
 	if err != nil {
 		return err

@@ -353,6 +353,22 @@ func strictParam(q url.Values) (bool, error) {
 	}
 }
 
+// patchParams reads what every patch (apply included) takes: the dryRun and
+// fieldValidation query parameters and the body.
+func (s *Server) patchParams(w http.ResponseWriter, req *http.Request) (dry, strict bool, body []byte, err error) {
+	q := req.URL.Query()
+	if dry, err = dryRunParam(q); err != nil {
+		return false, false, nil, err
+	}
+	if strict, err = strictParam(q); err != nil {
+		return false, false, nil, err
+	}
+	if body, err = s.readBody(w, req); err != nil {
+		return false, false, nil, err
+	}
+	return dry, strict, body, nil
+}
+
 // dryRunParam reads the dryRun query values: "All" is the only one accepted.
 func dryRunParam(q url.Values) (bool, error) {
 	return parseDryRun(q["dryRun"])
@@ -424,16 +440,7 @@ func (s *Server) servePatch(w http.ResponseWriter, req *http.Request, c call) er
 	if err != nil {
 		return err
 	}
-	q := req.URL.Query()
-	dry, err := dryRunParam(q)
-	if err != nil {
-		return err
-	}
-	strict, err := strictParam(q)
-	if err != nil {
-		return err
-	}
-	body, err := s.readBody(w, req)
+	dry, strict, body, err := s.patchParams(w, req)
 	if err != nil {
 		return err
 	}

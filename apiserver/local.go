@@ -94,6 +94,22 @@ func (l *localClient) Get(ctx context.Context, r *resources.Resource, namespace,
 }
 
 func (l *localClient) List(ctx context.Context, r *resources.Resource, namespace string, opts client.ListOptions) ([]client.Object, string, error) {
+	return l.list(ctx, r, namespace, opts, own)
+}
+
+// ListReadOnly is List without the copies: the items are the store's cached
+// objects, shared with the API server and every other reader, and must not
+// be modified. The server's controllers' informers list through it (see
+// controller/internal/informer), so their caches hold the one decoded copy
+// of each object that the store's watch cache already holds.
+func (l *localClient) ListReadOnly(ctx context.Context, r *resources.Resource, namespace string, opts client.ListOptions) ([]client.Object, string, error) {
+	return l.list(ctx, r, namespace, opts, withTypeMeta)
+}
+
+// list lists through the API server's path and hands each item to out: a
+// copy the caller owns (own) or the shared object with its type set.
+func (l *localClient) list(ctx context.Context, r *resources.Resource, namespace string, opts client.ListOptions,
+	out func(*resources.Resource, resources.Object) client.Object) ([]client.Object, string, error) {
 	sel, err := parseSelector(r, opts.LabelSelector, opts.FieldSelector)
 	if err != nil {
 		return nil, "", l.err(err)
@@ -102,15 +118,26 @@ func (l *localClient) List(ctx context.Context, r *resources.Resource, namespace
 	if err != nil {
 		return nil, "", l.err(err)
 	}
-	out := make([]client.Object, len(items))
+	objs := make([]client.Object, len(items))
 	for i, it := range items {
-		out[i] = own(r, it)
+		objs[i] = out(r, it)
 	}
-	return out, strconv.FormatInt(rv, 10), nil
+	return objs, strconv.FormatInt(rv, 10), nil
 }
 
 func (l *localClient) Watch(ctx context.Context, r *resources.Resource, namespace string, opts client.ListOptions) (watch.Interface, error) {
-	o := watchOptions{copy: true}
+	return l.watch(ctx, r, namespace, opts, true)
+}
+
+// WatchReadOnly is Watch without the copies: event objects are the store's
+// cached objects, shared with every other reader, and must not be modified.
+// See ListReadOnly.
+func (l *localClient) WatchReadOnly(ctx context.Context, r *resources.Resource, namespace string, opts client.ListOptions) (watch.Interface, error) {
+	return l.watch(ctx, r, namespace, opts, false)
+}
+
+func (l *localClient) watch(ctx context.Context, r *resources.Resource, namespace string, opts client.ListOptions, deepCopy bool) (watch.Interface, error) {
+	o := watchOptions{copy: deepCopy}
 	var err error
 	if o.rv, err = parseResourceVersion(opts.ResourceVersion); err != nil {
 		return nil, l.err(err)

@@ -2,6 +2,7 @@ package apiserver
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/everynode/everynode/client"
 	"github.com/everynode/everynode/resources"
+	"github.com/everynode/everynode/store"
 )
 
 // TestLocalClientParity: the in-process client returns the same Status as
@@ -143,6 +145,56 @@ func TestLocalClientWatch(t *testing.T) {
 	nextEvent(t, w)
 	e.s.Stop()
 	waitClosed(t, w)
+}
+
+// TestLocalClientReadOnly: ListReadOnly and WatchReadOnly hand out the
+// store's cached objects themselves (with apiVersion/kind), no copies, and
+// authorize like List and Watch.
+func TestLocalClientReadOnly(t *testing.T) {
+	e := newEnv(t, func(c *Config) {
+		c.Authorizer = authorizerFunc(func(a Attributes) error {
+			if a.User.Name == "someone" {
+				return errors.New("not allowed")
+			}
+			return nil
+		})
+	})
+	ctx := testCtx(t)
+	type readOnly interface {
+		ListReadOnly(context.Context, *resources.Resource, string, client.ListOptions) ([]client.Object, string, error)
+		WatchReadOnly(context.Context, *resources.Resource, string, client.ListOptions) (watch.Interface, error)
+	}
+	c := NewLocalClient(e.s, "system:controller", mastersGroup).(readOnly)
+	if _, err := NewLocalClient(e.s, "system:controller").Create(ctx, newPod("p1", "n1"), client.WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cached, _, err := e.st.List(ctx, resources.Pods, "default", store.Selector{})
+	if err != nil || len(cached) != 1 {
+		t.Fatalf("store List: %v %d", err, len(cached))
+	}
+	items, rv, err := c.ListReadOnly(ctx, resources.Pods, "", client.ListOptions{FieldSelector: "spec.nodeName=n1"})
+	if err != nil || len(items) != 1 || rv == "" {
+		t.Fatalf("ListReadOnly: %v %d %q", err, len(items), rv)
+	}
+	if items[0] != client.Object(cached[0]) || items[0].GetObjectKind().GroupVersionKind().Kind != "Pod" {
+		t.Errorf("ListReadOnly item %p (%v), want the cached object %p", items[0], items[0].GetObjectKind().GroupVersionKind(), cached[0])
+	}
+	w, err := c.WatchReadOnly(ctx, resources.Pods, "", client.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	if ev := nextEvent(t, w); ev.Object != cached[0] {
+		t.Errorf("WatchReadOnly event object %p, want the cached object %p", ev.Object, cached[0])
+	}
+
+	denied := NewLocalClient(e.s, "someone").(readOnly)
+	if _, _, err := denied.ListReadOnly(ctx, resources.Pods, "", client.ListOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("ListReadOnly as an unprivileged user: %v, want Forbidden", err)
+	}
+	if _, err := denied.WatchReadOnly(ctx, resources.Pods, "", client.ListOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("WatchReadOnly as an unprivileged user: %v, want Forbidden", err)
+	}
 }
 
 func nextEvent(t *testing.T, w watch.Interface) watch.Event {

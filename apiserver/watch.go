@@ -37,11 +37,18 @@ type watchOptions struct {
 	copy     bool          // deep-copy event objects (for in-process callers)
 }
 
-// watchObjects opens a watch. The returned watcher's channel closes when the
-// store watch ends, ctx ends, the server stops, the timeout passes or Stop is
-// called. A resourceVersion too old to serve yields a single ERROR event with a
-// 410 Status, as Kubernetes does.
-func (s *Server) watchObjects(ctx context.Context, c call, o watchOptions) (watch.Interface, error) {
+// watchStream is an opened watch: the events to send first, then those of
+// the store's watch, until its lifetime ends.
+type watchStream struct {
+	r       *resources.Resource
+	prefix  []watch.Event
+	src     watch.Interface // nil: only the prefix (a 410 Status)
+	timeout time.Duration
+}
+
+// openWatch authorizes and opens a watch. A resourceVersion too old to
+// serve yields a single ERROR event with a 410 Status, as Kubernetes does.
+func (s *Server) openWatch(ctx context.Context, c call, o watchOptions) (*watchStream, error) {
 	if err := s.authorize(ctx, c, "watch"); err != nil {
 		return nil, err
 	}
@@ -75,14 +82,85 @@ func (s *Server) watchObjects(ctx context.Context, c call, o watchOptions) (watc
 	if timeout == 0 {
 		timeout = minWatchTimeout + rand.N(minWatchTimeout)
 	}
+	return &watchStream{r: c.r, prefix: prefix, src: src, timeout: timeout}, nil
+}
+
+// run calls send with each event, made safe to hand out (see prepareEvent),
+// until send returns false, the store's watch ends, ctx or the server's
+// context ends, stop is closed or the lifetime passes. It stops the store's
+// watch before returning.
+func (st *watchStream) run(ctx, serverCtx context.Context, stop <-chan struct{}, deepCopy bool, send func(watch.Event) bool) {
+	if st.src != nil {
+		defer st.src.Stop()
+	}
+	timer := time.NewTimer(st.timeout)
+	defer timer.Stop()
+	ended := func() bool {
+		select {
+		case <-stop:
+		case <-ctx.Done():
+		case <-serverCtx.Done():
+		case <-timer.C:
+		default:
+			return false
+		}
+		return true
+	}
+	for _, ev := range st.prefix {
+		if ended() || !send(prepareEvent(st.r, ev, deepCopy)) {
+			return
+		}
+	}
+	if st.src == nil {
+		return
+	}
+	for {
+		select {
+		case ev, ok := <-st.src.ResultChan():
+			if !ok || ended() || !send(prepareEvent(st.r, ev, deepCopy)) {
+				return
+			}
+		case <-stop:
+			return
+		case <-ctx.Done():
+			return
+		case <-serverCtx.Done():
+			return
+		case <-timer.C:
+			return
+		}
+	}
+}
+
+// watchObjects opens a watch for an in-process caller. The returned
+// watcher's channel closes when the store watch ends, ctx ends, the server
+// stops, the timeout passes or Stop is called.
+func (s *Server) watchObjects(ctx context.Context, c call, o watchOptions) (watch.Interface, error) {
+	st, err := s.openWatch(ctx, c, o)
+	if err != nil {
+		return nil, err
+	}
 	p := &proxyWatcher{result: make(chan watch.Event), stop: make(chan struct{})}
 	s.metrics.watchStarted()
-	go p.run(ctx, s.ctx, c.r, src, prefix, timeout, o.copy, s.metrics.watchEnded)
+	go func() {
+		defer s.metrics.watchEnded()
+		defer close(p.result)
+		st.run(ctx, s.ctx, p.stop, o.copy, func(ev watch.Event) bool {
+			select {
+			case p.result <- ev:
+				return true
+			case <-p.stop:
+			case <-ctx.Done():
+			case <-s.ctx.Done():
+			}
+			return false
+		})
+	}()
 	return p, nil
 }
 
-// proxyWatcher forwards store events to one consumer, stamping apiVersion and
-// kind, until any of its ending conditions.
+// proxyWatcher hands an in-process caller the events of a watchStream
+// through its channel.
 type proxyWatcher struct {
 	result   chan watch.Event
 	stop     chan struct{}
@@ -93,52 +171,6 @@ func (p *proxyWatcher) ResultChan() <-chan watch.Event { return p.result }
 
 // Stop ends the watch; it is idempotent.
 func (p *proxyWatcher) Stop() { p.stopOnce.Do(func() { close(p.stop) }) }
-
-func (p *proxyWatcher) run(ctx, serverCtx context.Context, r *resources.Resource, src watch.Interface,
-	prefix []watch.Event, timeout time.Duration, deepCopy bool, done func()) {
-	defer done()
-	defer close(p.result)
-	if src != nil {
-		defer src.Stop()
-	}
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
-	send := func(ev watch.Event) bool {
-		select {
-		case p.result <- prepareEvent(r, ev, deepCopy):
-			return true
-		case <-p.stop:
-		case <-ctx.Done():
-		case <-serverCtx.Done():
-		case <-timer.C:
-		}
-		return false
-	}
-	for _, ev := range prefix {
-		if !send(ev) {
-			return
-		}
-	}
-	if src == nil {
-		return
-	}
-	for {
-		select {
-		case ev, ok := <-src.ResultChan():
-			if !ok || !send(ev) {
-				return
-			}
-		case <-p.stop:
-			return
-		case <-ctx.Done():
-			return
-		case <-serverCtx.Done():
-			return
-		case <-timer.C:
-			return
-		}
-	}
-}
 
 // prepareEvent makes an event's object safe to hand out: apiVersion and kind
 // set, and a private copy when deepCopy is set (store objects are shared).
@@ -211,23 +243,30 @@ func (s *Server) serveWatch(w http.ResponseWriter, req *http.Request, c call) er
 	if err != nil {
 		return err
 	}
-	wi, err := s.watchObjects(req.Context(), c, o)
+	ctx := req.Context()
+	st, err := s.openWatch(ctx, c, o)
 	if err != nil {
 		return err
 	}
-	defer wi.Stop()
+	s.metrics.watchStarted()
+	defer s.metrics.watchEnded()
 	rc := http.NewResponseController(w)
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-cache, private")
 	w.WriteHeader(http.StatusOK)
 	if err := rc.Flush(); err != nil {
 		s.log.Debug("watch: flush headers", "err", err)
+		if st.src != nil {
+			st.src.Stop()
+		}
 		return nil
 	}
+	// The stream is written from this goroutine: no goroutine per watch
+	// besides the request's own.
 	enc := json.NewEncoder(w)
-	for ev := range wi.ResultChan() {
+	st.run(ctx, s.ctx, nil, false, func(ev watch.Event) bool {
 		if ev.Type == watch.Bookmark && !o.bookmark {
-			continue
+			return true
 		}
 		obj := ev.Object
 		if asTable {
@@ -236,11 +275,9 @@ func (s *Server) serveWatch(w http.ResponseWriter, req *http.Request, c call) er
 			obj = s.tableEvent(c.r, ev, to, true)
 		}
 		if err := enc.Encode(watchEvent{Type: ev.Type, Object: obj}); err != nil {
-			return nil // the client went away
+			return false // the client went away
 		}
-		if err := rc.Flush(); err != nil {
-			return nil
-		}
-	}
+		return rc.Flush() == nil
+	})
 	return nil
 }

@@ -244,6 +244,13 @@ func newCluster(t *testing.T, n int) *cluster {
 			<-sn.done
 		}
 		c.stopControllers()
+		// The controllers' informers and every List and Watch share the
+		// store's cached objects: none may have been modified.
+		vctx, vcancel := context.WithTimeout(context.Background(), waitLong)
+		if err := st.VerifyCache(vctx); err != nil {
+			t.Errorf("watch cache differs from etcd: %v", err)
+		}
+		vcancel()
 		cancel()
 		api.Stop()
 		srv.Close()

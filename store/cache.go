@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/metadata"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/watch"
 
@@ -30,33 +33,70 @@ const (
 // history it needs was compacted; the cache must re-list.
 var errWatchCompacted = errors.New("watch history compacted")
 
-// entry is one cached object with what selectors need, computed once.
+// entry is one version of an object with what selectors need, computed
+// once. Entries are read and changed only under cache.mu.
+//
+// obj is the decoded object while this version is current (for resources
+// whose cache keeps objects, see keepsObjects; otherwise only while the
+// change that made it is dispatched). Once a newer
+// version or a deletion replaced it and that change was dispatched, obj is
+// dropped: the ring keeps the selector data of old versions, not decoded
+// copies, and a watch resuming from before the change re-reads such a
+// version from etcd (cache.fetch).
 type entry struct {
+	key    string // etcd key
+	rev    int64  // the version's mod revision
 	obj    resources.Object
 	labels labels.Set
-	fields fields.Set
+	fields objectFields
 	node   string // spec.nodeName, pods only
+}
+
+// namespace is the object's metadata.namespace (the second field).
+func (e *entry) namespace() string { return e.fields.values[1] }
+
+// shareWith makes e use prev's key, labels and field values where they are
+// equal, so that old versions in the ring share them instead of each
+// keeping its own copies.
+func (e *entry) shareWith(prev *entry) {
+	e.key = prev.key
+	if maps.Equal(e.labels, prev.labels) {
+		e.labels = prev.labels
+	}
+	if slices.Equal(e.fields.values, prev.fields.values) {
+		e.fields.values = prev.fields.values
+		e.node = prev.node
+	}
+}
+
+// sameSelection reports whether e and prev have the same namespace, labels
+// and fields: no selector can tell them apart.
+func (e *entry) sameSelection(prev *entry) bool {
+	return maps.Equal(e.labels, prev.labels) && slices.Equal(e.fields.values, prev.fields.values)
 }
 
 // event is one change in the cache's history.
 type event struct {
 	typ watch.EventType // Added, Modified or Deleted
 	rev int64
-	// cur is the new state; for Deleted it is the last state, carrying the
-	// deletion's revision as its resourceVersion.
+	// cur is the new version; nil for Deleted.
 	cur *entry
-	// prev is the state before the change; nil for Added.
+	// prev is the version before the change; nil for Added. Deleted events
+	// carry prev's state with the deletion's revision as resourceVersion.
 	prev *entry
 }
 
 // cache is the watch cache of one resource: the current objects, decoded
 // once, and a ring of recent events, fed by a single etcd watch on the
-// resource's key prefix. Readers share the cached objects; nobody mutates them.
+// resource's key prefix. Readers share the cached objects; nobody mutates
+// them. The ring holds decoded objects only of current versions (see entry).
 //
 // Lock order: cache.mu is the only lock; watcher channels are sent to with
 // select-default while holding it, so the dispatcher never blocks.
 type cache struct {
 	r           *resources.Resource
+	fieldNames  []string // fieldNames(r), shared by every entry
+	keepObjects bool     // keepsObjects(r)
 	prefix      string
 	client      *clientv3.Client
 	lg          *slog.Logger
@@ -78,12 +118,13 @@ type cache struct {
 	progressc chan struct{} // buffered(1): ask the watch loop for a progress notification
 	stopc     chan struct{} // closed by stop
 	donec     chan struct{} // closed when run has returned
-	wg        sync.WaitGroup
 }
 
 func newCache(r *resources.Resource, client *clientv3.Client, lg *slog.Logger, ringSize, watchBuffer int) *cache {
 	c := &cache{
 		r:           r,
+		fieldNames:  fieldNames(r),
+		keepObjects: keepsObjects(r),
 		prefix:      prefixOf(r),
 		client:      client,
 		lg:          lg.With("resource", r.Name),
@@ -103,10 +144,11 @@ func newCache(r *resources.Resource, client *clientv3.Client, lg *slog.Logger, r
 	return c
 }
 
-func (c *cache) newEntry(obj resources.Object) *entry {
-	e := &entry{obj: obj, labels: labels.Set(obj.GetLabels()), fields: FieldSet(c.r, obj)}
+func (c *cache) newEntry(key string, rev int64, obj resources.Object) *entry {
+	e := &entry{key: key, rev: rev, obj: obj, labels: labels.Set(obj.GetLabels()),
+		fields: objectFields{names: c.fieldNames, values: fieldValues(c.r, obj)}}
 	if c.byNode != nil {
-		e.node = e.fields[fieldNodeName]
+		e.node = e.fields.Get(fieldNodeName)
 	}
 	return e
 }
@@ -122,8 +164,8 @@ func (c *cache) start(ctx, bg context.Context) error {
 	return nil
 }
 
-// stop closes every watcher and waits for the watch loop and all watcher
-// goroutines. bg (see start) must already be cancelled, or be cancelled
+// stop closes every watcher and waits for the watch loop (watchers have no
+// goroutines). bg (see start) must already be cancelled, or be cancelled
 // concurrently, for the watch loop to end.
 func (c *cache) stop() {
 	c.mu.Lock()
@@ -132,7 +174,6 @@ func (c *cache) stop() {
 	c.mu.Unlock()
 	close(c.stopc)
 	<-c.donec
-	c.wg.Wait()
 }
 
 // run keeps an etcd watch open from the cache's revision, re-listing when the
@@ -203,7 +244,7 @@ func (c *cache) watch(ctx context.Context) (bool, error) {
 				c.mu.Unlock()
 				continue
 			}
-			c.apply(resp.Events)
+			c.apply(ctx, resp.Events)
 		}
 	}
 }
@@ -223,7 +264,12 @@ func (c *cache) relist(ctx context.Context) error {
 			c.lg.Error("skipping undecodable object", "key", string(kv.Key), "err", err)
 			continue
 		}
-		objects[string(kv.Key)] = c.newEntry(obj)
+		key := string(kv.Key)
+		e := c.newEntry(key, kv.ModRevision, obj)
+		if !c.keepObjects {
+			e.obj = nil
+		}
+		objects[key] = e
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -241,14 +287,22 @@ func (c *cache) relist(ctx context.Context) error {
 	return nil
 }
 
+// change is one etcd event of a batch, decoded.
+type change struct {
+	key string
+	rev int64
+	e   *entry // nil: deleted
+	// replaced is, for a cache that keeps no objects, the state this change
+	// replaced, read back from etcd when a watcher may need it (see
+	// readReplaced).
+	replaced resources.Object
+}
+
 // apply adds a batch of etcd events to the cache and dispatches them.
-// Decoding happens before taking the lock.
-func (c *cache) apply(evs []*clientv3.Event) {
-	type change struct {
-		key string
-		rev int64
-		e   *entry // nil: deleted
-	}
+// Decoding (and, without kept objects, reading replaced states) happens
+// before taking the lock. After its dispatch, the version a change replaced
+// keeps only its selector data (see entry).
+func (c *cache) apply(ctx context.Context, evs []*clientv3.Event) {
 	changes := make([]change, 0, len(evs))
 	for _, ev := range evs {
 		ch := change{key: string(ev.Kv.Key), rev: ev.Kv.ModRevision}
@@ -257,10 +311,13 @@ func (c *cache) apply(evs []*clientv3.Event) {
 			if err != nil {
 				c.lg.Error("undecodable object in etcd, treating it as deleted", "key", ch.key, "err", err)
 			} else {
-				ch.e = c.newEntry(obj)
+				ch.e = c.newEntry(ch.key, ch.rev, obj)
 			}
 		}
 		changes = append(changes, ch)
+	}
+	if !c.keepObjects {
+		c.readReplaced(ctx, changes)
 	}
 
 	c.mu.Lock()
@@ -272,32 +329,174 @@ func (c *cache) apply(evs []*clientv3.Event) {
 		case ch.e == nil && prev == nil:
 			continue
 		case ch.e == nil:
-			last, ok := prev.obj.DeepCopyObject().(resources.Object)
-			if !ok {
-				continue
-			}
-			last.SetResourceVersion(formatRV(ch.rev))
-			gone := &entry{obj: last, labels: prev.labels, fields: prev.fields, node: prev.node}
-			ev = &event{typ: watch.Deleted, rev: ch.rev, cur: gone, prev: prev}
-			delete(c.objects, ch.key)
-			c.unindexLocked(ch.key, prev)
+			ev = &event{typ: watch.Deleted, rev: ch.rev, prev: prev}
+			delete(c.objects, prev.key)
+			c.unindexLocked(prev.key, prev)
 		default:
-			ev = &event{typ: watch.Added, rev: ch.rev, cur: ch.e, prev: prev}
+			e := ch.e
+			ev = &event{typ: watch.Added, rev: ch.rev, cur: e}
 			if prev != nil {
-				ev.typ = watch.Modified
-				c.unindexLocked(ch.key, prev)
+				e.shareWith(prev)
+				ev.typ, ev.prev = watch.Modified, prev
+				c.unindexLocked(prev.key, prev)
 			}
-			c.objects[ch.key] = ch.e
-			c.indexLocked(ch.key, ch.e)
+			c.objects[e.key] = e
+			c.indexLocked(e.key, e)
+		}
+		if prev != nil && prev.obj == nil {
+			prev.obj = ch.replaced
 		}
 		if dropped := c.ring.push(ev); dropped != nil && dropped.rev > c.window {
 			c.window = dropped.rev
 		}
 		c.dispatchLocked(ev)
+		if prev != nil {
+			prev.obj = nil
+		}
+	}
+	if !c.keepObjects {
+		// Only now: a later change of the same key in this batch replaced
+		// an object the batch itself made, and needed it for its dispatch.
+		for _, ch := range changes {
+			if ch.e != nil {
+				ch.e.obj = nil
+			}
+		}
 	}
 	if n := len(changes); n > 0 {
 		c.advanceLocked(changes[n-1].rev)
 	}
+}
+
+// readReplaced reads from etcd, for a cache that keeps no objects, the state
+// a change replaces when a watcher may need it: the last state of a deleted
+// object, and the previous state of one whose labels or fields changed (it
+// may stop matching a watcher). Only a key's first change in the batch can
+// need it; later ones replace an object of the batch itself. A state that
+// cannot be read is left nil: the watchers that need it are closed and
+// resume (see sendLocked).
+func (c *cache) readReplaced(ctx context.Context, changes []change) {
+	var need []int
+	seen := make(map[string]bool, len(changes))
+	// The watch loop is the only writer of c.objects: what it reads here
+	// is still there when apply takes the write lock.
+	c.mu.RLock()
+	for i, ch := range changes {
+		if seen[ch.key] {
+			continue
+		}
+		seen[ch.key] = true
+		if prev := c.objects[ch.key]; prev != nil && (ch.e == nil || !ch.e.sameSelection(prev)) {
+			need = append(need, i)
+		}
+	}
+	c.mu.RUnlock()
+	for _, i := range need {
+		obj, err := c.fetch(ctx, changes[i].key, changes[i].rev-1)
+		if err != nil {
+			if ctx.Err() == nil {
+				c.lg.Warn("cannot read a replaced state; watchers needing it will be closed", "key", changes[i].key, "err", err)
+			}
+			continue
+		}
+		changes[i].replaced = obj
+	}
+}
+
+// fetch reads from etcd the state key had at revision rev, for a watch
+// resuming from before a change whose replaced version the cache no longer
+// holds decoded. The object carries its own mod revision. History compacted
+// meanwhile is Gone.
+func (c *cache) fetch(ctx context.Context, key string, rev int64) (resources.Object, error) {
+	resp, err := c.client.Get(ctx, key, clientv3.WithRev(rev))
+	if errors.Is(err, rpctypes.ErrCompacted) {
+		return nil, newError(Gone, c.r, "", "", fmt.Errorf("too old resource version: the history at %d was compacted", rev))
+	}
+	if err != nil {
+		return nil, newError(Internal, c.r, "", "", fmt.Errorf("store: get %s at revision %d: %w", key, rev, err))
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, newError(Internal, c.r, "", "", fmt.Errorf("store: %s missing at revision %d", key, rev))
+	}
+	kv := resp.Kvs[0]
+	obj, err := decode(c.r, kv.Value, kv.ModRevision)
+	if err != nil {
+		return nil, newError(Internal, c.r, "", "", fmt.Errorf("store: get %s at revision %d: %w", key, rev, err))
+	}
+	return obj, nil
+}
+
+// keepsObjects reports whether r's watch cache keeps its current objects
+// decoded. Events are the exception: the most numerous objects (several per
+// pod start), read only by people (describe, get events) and never by the
+// server's controllers or agents; their cache keeps what selectors need and
+// lists read the objects from etcd.
+func keepsObjects(r *resources.Resource) bool { return r != resources.Events }
+
+// prefixIn is the etcd key prefix of c's objects in namespace ("" = all;
+// ignored for cluster-scoped resources).
+func (c *cache) prefixIn(namespace string) string {
+	if namespace == "" || !c.r.Namespaced {
+		return c.prefix
+	}
+	return c.prefix + namespace + "/"
+}
+
+// fetchTxnOps is how many single-key reads fetchAt puts in one etcd
+// transaction (etcd's default limit is 128 operations per transaction).
+const fetchTxnOps = 64
+
+// fetchAt reads the state of keys at revision rev from etcd, in the order
+// given, for a cache that keeps no objects. Up to fetchTxnOps keys are read
+// in one transaction of single-key reads; more by a range read of prefix,
+// which must hold them all. History compacted meanwhile is Gone.
+func (c *cache) fetchAt(ctx context.Context, prefix string, keys []string, rev int64) ([]resources.Object, error) {
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	kvs := make(map[string]*mvccpb.KeyValue, len(keys))
+	fail := func(err error) error {
+		if errors.Is(err, rpctypes.ErrCompacted) {
+			return newError(Gone, c.r, "", "", fmt.Errorf("too old resource version: the history at %d was compacted", rev))
+		}
+		return newError(Internal, c.r, "", "", fmt.Errorf("store: read %s at revision %d: %w", prefix, rev, err))
+	}
+	if len(keys) <= fetchTxnOps {
+		ops := make([]clientv3.Op, len(keys))
+		for i, k := range keys {
+			ops[i] = clientv3.OpGet(k, clientv3.WithRev(rev))
+		}
+		resp, err := c.client.Txn(ctx).Then(ops...).Commit()
+		if err != nil {
+			return nil, fail(err)
+		}
+		for _, r := range resp.Responses {
+			for _, kv := range r.GetResponseRange().GetKvs() {
+				kvs[string(kv.Key)] = kv
+			}
+		}
+	} else {
+		resp, err := c.client.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(rev))
+		if err != nil {
+			return nil, fail(err)
+		}
+		for _, kv := range resp.Kvs {
+			kvs[string(kv.Key)] = kv
+		}
+	}
+	out := make([]resources.Object, len(keys))
+	for i, k := range keys {
+		kv := kvs[k]
+		if kv == nil {
+			return nil, newError(Internal, c.r, "", "", fmt.Errorf("store: %s missing at revision %d", k, rev))
+		}
+		obj, err := decode(c.r, kv.Value, kv.ModRevision)
+		if err != nil {
+			return nil, newError(Internal, c.r, "", "", fmt.Errorf("store: read %s at revision %d: %w", k, rev, err))
+		}
+		out[i] = obj
+	}
+	return out, nil
 }
 
 func (c *cache) indexLocked(key string, e *entry) {
@@ -384,14 +583,16 @@ func (c *cache) waitRev(ctx context.Context, target int64) error {
 	}
 }
 
-// ring is a bounded FIFO of events in revision order.
+// ring is a bounded FIFO of events in revision order. Its buffer grows as
+// events arrive, up to size, so a resource with little history costs little.
 type ring struct {
 	buf  []*event
+	size int // the most events kept
 	head int // index of the oldest event
 	n    int
 }
 
-func newRing(size int) ring { return ring{buf: make([]*event, size)} }
+func newRing(size int) ring { return ring{size: size} }
 
 // at returns the i-th oldest event.
 func (r *ring) at(i int) *event { return r.buf[(r.head+i)%len(r.buf)] }
@@ -399,6 +600,13 @@ func (r *ring) at(i int) *event { return r.buf[(r.head+i)%len(r.buf)] }
 // push appends ev and returns the event it evicted, if any.
 func (r *ring) push(ev *event) *event {
 	var dropped *event
+	if r.n == len(r.buf) && len(r.buf) < r.size {
+		grown := make([]*event, min(max(2*len(r.buf), 64), r.size))
+		for i := range r.n {
+			grown[i] = r.at(i)
+		}
+		r.buf, r.head = grown, 0
+	}
 	if r.n == len(r.buf) {
 		dropped = r.buf[r.head]
 		r.buf[r.head] = nil

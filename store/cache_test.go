@@ -5,11 +5,13 @@ import (
 	"maps"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/everynode/everynode/resources"
@@ -329,5 +331,178 @@ func (c *collector) until(t *testing.T, rev int64) []watch.Event {
 			t.Fatalf("revision %d not seen within 10s (%d events)", rev, len(evs))
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestRingKeepsNoReplacedObjects: once a version is replaced (updated or
+// deleted), the ring keeps its selector data but not its decoded object; a
+// watch resuming from before the changes still receives every version, read
+// back from etcd, with its own content and resourceVersion.
+func TestRingKeepsNoReplacedObjects(t *testing.T) {
+	s := openTest(t)
+	ctx := testCtx(t)
+	start, err := s.currentRevision(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustCreate(t, s, resources.Pods, newPod("default", "p", "n1", map[string]string{"v": "1"}))
+	var revs []int64
+	for _, v := range []string{"2", "3"} {
+		out, err := s.GuaranteedUpdate(ctx, resources.Pods, "default", "p", func(cur resources.Object) (resources.Object, error) {
+			cur.SetLabels(map[string]string{"v": v})
+			return cur, nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		revs = append(revs, rvOf(t, out))
+	}
+	del, err := s.Delete(ctx, resources.Pods, "default", "p", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.List(ctx, resources.Pods, "", Selector{}); err != nil { // the cache has applied the delete
+		t.Fatal(err)
+	}
+
+	c := s.caches[resources.Pods.Name]
+	c.mu.RLock()
+	for i := range c.ring.n {
+		ev := c.ring.at(i)
+		for _, e := range []*entry{ev.cur, ev.prev} {
+			if e != nil && e.obj != nil {
+				t.Errorf("ring event %d (%s at %d) holds the decoded object of replaced version %d", i, ev.typ, ev.rev, e.rev)
+			}
+		}
+	}
+	c.mu.RUnlock()
+
+	w, err := s.Watch(ctx, resources.Pods, "", start, Selector{Field: fields.OneTermEqualSelector("spec.nodeName", "n1")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	for i, wnt := range []struct {
+		typ   watch.EventType
+		label string
+		rv    int64
+	}{{watch.Added, "1", 0}, {watch.Modified, "2", revs[0]}, {watch.Modified, "3", revs[1]}, {watch.Deleted, "3", rvOf(t, del)}} {
+		e := next(t, w)
+		obj := e.Object.(resources.Object)
+		if e.Type != wnt.typ || obj.GetLabels()["v"] != wnt.label || (wnt.rv != 0 && rvOf(t, obj) != wnt.rv) {
+			t.Errorf("event %d = %s v=%s rv=%s, want %s v=%s rv=%d", i, e.Type, obj.GetLabels()["v"], obj.GetResourceVersion(), wnt.typ, wnt.label, wnt.rv)
+		}
+	}
+}
+
+// TestResumeGoneWhenReplacedVersionCompacted: a resuming watch that needs a
+// replaced version etcd has compacted away (here compacted behind the
+// store's back, as an external etcd's own compaction would) is Gone.
+func TestResumeGoneWhenReplacedVersionCompacted(t *testing.T) {
+	s := openTest(t)
+	ctx := testCtx(t)
+	first := mustCreate(t, s, resources.Pods, newPod("default", "p", "", nil))
+	var last int64
+	for _, v := range []string{"2", "3"} {
+		out, err := s.GuaranteedUpdate(ctx, resources.Pods, "default", "p", func(cur resources.Object) (resources.Object, error) {
+			cur.SetLabels(map[string]string{"v": v})
+			return cur, nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = rvOf(t, out)
+	}
+	// The cache must have replaced the versions before etcd loses them: a
+	// List waits until it has caught up with etcd. Otherwise, on a slow
+	// machine, the watch below would start before the cache saw the updates
+	// and need nothing read back.
+	if _, _, err := s.List(ctx, resources.Pods, "", Selector{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.client.Compact(ctx, last); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Watch(ctx, resources.Pods, "", rvOf(t, first), Selector{}); !IsGone(err) {
+		t.Fatalf("Watch needing a compacted version: %v, want Gone", err)
+	}
+	// From the newest version nothing needs to be read back.
+	w, err := s.Watch(ctx, resources.Pods, "", last, Selector{})
+	if err != nil {
+		t.Fatalf("Watch from the newest revision: %v", err)
+	}
+	w.Stop()
+}
+
+// TestRingGrowsThenEvicts: the ring's buffer grows with its content, keeps
+// revision order across growth and wrap-around, and evicts the oldest
+// event once size events are held.
+func TestRingGrowsThenEvicts(t *testing.T) {
+	const size = 100
+	r := newRing(size)
+	if len(r.buf) != 0 {
+		t.Fatalf("new ring allocated %d slots", len(r.buf))
+	}
+	var rev int64
+	push := func(n int) {
+		for range n {
+			rev++
+			if dropped := r.push(&event{rev: rev}); (dropped != nil) != (rev > size) || (dropped != nil && dropped.rev != rev-size) {
+				t.Fatalf("push %d evicted %v", rev, dropped)
+			}
+		}
+	}
+	check := func() {
+		t.Helper()
+		first := max(rev-size, 0) + 1
+		if r.n != int(rev-first+1) || len(r.buf) > size {
+			t.Fatalf("after %d pushes: n=%d buffer=%d", rev, r.n, len(r.buf))
+		}
+		for i := range r.n {
+			if got := r.at(i).rev; got != first+int64(i) {
+				t.Fatalf("after %d pushes: event %d has rev %d, want %d", rev, i, got, first+int64(i))
+			}
+		}
+	}
+	push(10)
+	check()
+	r.dropThrough(5) // the head moves: growth must keep the order
+	if r.n != 5 || r.at(0).rev != 6 {
+		t.Fatalf("dropThrough(5): n=%d first=%d", r.n, r.at(0).rev)
+	}
+	rev2 := rev
+	for range 70 {
+		rev2++
+		r.push(&event{rev: rev2})
+	}
+	for i := range r.n {
+		if got := r.at(i).rev; got != int64(6+i) {
+			t.Fatalf("after growing past a moved head: event %d has rev %d", i, got)
+		}
+	}
+	r.reset()
+	rev = 0
+	push(3 * size)
+	check()
+}
+
+// TestVerifyCacheFindsModifiedObject: VerifyCache passes on a consistent
+// cache and names an object a reader modified in place.
+func TestVerifyCacheFindsModifiedObject(t *testing.T) {
+	s := openTest(t)
+	ctx := testCtx(t)
+	mustCreate(t, s, resources.Pods, newPod("default", "p", "n1", map[string]string{"app": "a"}))
+	mustCreate(t, s, resources.Events, newEvent("default", "e.1", "p", "Started"))
+	if err := s.VerifyCache(ctx); err != nil {
+		t.Fatalf("VerifyCache on a consistent cache: %v", err)
+	}
+	items, _, err := s.List(ctx, resources.Pods, "", Selector{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	items[0].(*corev1.Pod).Spec.NodeName = "elsewhere" // what no reader may do
+	err = s.VerifyCache(ctx)
+	if err == nil || !strings.Contains(err.Error(), "/registry/pods/default/p") {
+		t.Fatalf("VerifyCache after an in-place change: %v, want the pod named", err)
 	}
 }

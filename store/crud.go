@@ -30,9 +30,13 @@ func (s *Store) Create(ctx context.Context, r *resources.Resource, obj resources
 	if err != nil {
 		return nil, err
 	}
+	opts, err := s.leases.putOpts(ctx, r)
+	if err != nil {
+		return nil, newError(Internal, r, ns, name, err)
+	}
 	resp, err := s.client.Txn(ctx).
 		If(clientv3.Compare(clientv3.ModRevision(key), "=", 0)).
-		Then(clientv3.OpPut(key, string(data))).
+		Then(clientv3.OpPut(key, string(data), opts...)).
 		Commit()
 	if err != nil {
 		return nil, newError(Internal, r, ns, name, fmt.Errorf("store: create %s: %w", key, err))
@@ -107,9 +111,14 @@ func (s *Store) Update(ctx context.Context, r *resources.Resource, obj resources
 // returns a Conflict error together with the current kv (nil if the key is
 // gone, in which case the error is NotFound).
 func (s *Store) casPut(ctx context.Context, r *resources.Resource, key, ns, name string, rev int64, data []byte) (int64, *kvState, error) {
+	// An expiring object's TTL starts again at every write, as in Kubernetes.
+	opts, err := s.leases.putOpts(ctx, r)
+	if err != nil {
+		return 0, nil, newError(Internal, r, ns, name, err)
+	}
 	resp, err := s.client.Txn(ctx).
 		If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
-		Then(clientv3.OpPut(key, string(data))).
+		Then(clientv3.OpPut(key, string(data), opts...)).
 		Else(clientv3.OpGet(key)).
 		Commit()
 	if err != nil {

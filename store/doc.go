@@ -36,7 +36,12 @@
 // List first waits until the cache has applied everything etcd had committed
 // when List was called, so a List after a completed write includes it. Watch
 // resumes from a resourceVersion out of a bounded ring of recent events per
-// resource, and answers Gone for one it no longer holds. Watchers whose field
+// resource, and answers Gone for one it no longer holds. The cache holds one
+// decoded copy of each object's current version only: the ring keeps what
+// selectors match for replaced versions, and a resuming watch reads those
+// versions back from etcd's history. The Events cache keeps no objects at
+// all, only what selectors match: Events are the most numerous objects and
+// only people read them, so their lists and watches read them from etcd. Watchers whose field
 // selector requires an exact spec.nodeName are indexed by that node, so a
 // pod change is offered only to the watchers of the pod's old and new node
 // (plus unindexed watchers), not to every agent's watcher.

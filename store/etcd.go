@@ -29,6 +29,18 @@ const (
 	// accepts: above the API server's 3 MiB body limit, so every accepted
 	// body can be stored (etcd's own default is 1.5 MiB).
 	etcdMaxRequestBytes = 4 << 20
+	// etcdCatchUpEntries is how many applied raft entries the embedded etcd
+	// keeps in memory after each in-memory snapshot (etcd takes one every
+	// 100 applied entries) for followers that fall behind. etcd's default,
+	// 5,000, costs about 10 MiB of heap with pod-sized entries, and serves no
+	// one here: the embedded etcd is always a one-member cluster (see
+	// InitialCluster below), and several servers share an external etcd
+	// cluster instead, whose own settings keep its followers able to catch
+	// up. etcd's maintainers note that one entry suffices for a single
+	// member (etcd-io/etcd#17098); 100 keeps a margin. SnapshotCount is left
+	// at its default: since etcd 3.6 it only paces the on-disk snapshots,
+	// not the in-memory log.
+	etcdCatchUpEntries = 100
 	// dialTimeout bounds connecting to an external etcd cluster.
 	dialTimeout = 10 * time.Second
 	// reconnectMaxDelay caps gRPC's back-off between reconnection attempts
@@ -83,6 +95,7 @@ func startEmbedded(ctx context.Context, cfg Config, lg *slog.Logger, zlg *zap.Lo
 	ec.InitialClusterToken = "everynode"
 	ec.EnableGRPCGateway = false
 	ec.MaxRequestBytes = etcdMaxRequestBytes
+	ec.SnapshotCatchUpEntries = etcdCatchUpEntries
 	ec.UnsafeNoFsync = cfg.unsafeNoFsync
 	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zlg)
 

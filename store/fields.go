@@ -2,6 +2,7 @@ package store
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
@@ -26,52 +27,95 @@ type Preconditions struct {
 
 // Field names usable in field selectors, beyond metadata.name and metadata.namespace.
 const (
-	fieldNodeName = "spec.nodeName"
-	fieldPhase    = "status.phase"
+	fieldNodeName      = "spec.nodeName"
+	fieldPhase         = "status.phase"
+	fieldUnschedulable = "spec.unschedulable"
 )
 
-// FieldSet returns the fields a field selector can match for obj:
-// metadata.name and metadata.namespace for every resource; for pods also
-// spec.nodeName and status.phase; for nodes spec.unschedulable ("true" or
-// "false"); for events involvedObject.{kind,namespace,name,uid,fieldPath},
-// reason and type.
-func FieldSet(r *resources.Resource, obj resources.Object) fields.Set {
-	set := fields.Set{
-		"metadata.name":      obj.GetName(),
-		"metadata.namespace": obj.GetNamespace(),
+// fieldNames lists the field selector keys of r's objects, in the order
+// fieldValues returns their values: metadata.name and metadata.namespace for
+// every resource; for pods also spec.nodeName and status.phase; for nodes
+// spec.unschedulable; for events involvedObject.{kind,namespace,name,uid,
+// fieldPath}, reason and type.
+func fieldNames(r *resources.Resource) []string {
+	names := []string{"metadata.name", "metadata.namespace"}
+	switch r {
+	case resources.Pods:
+		names = append(names, fieldNodeName, fieldPhase)
+	case resources.Nodes:
+		names = append(names, fieldUnschedulable)
+	case resources.Events:
+		names = append(names, "involvedObject.kind", "involvedObject.namespace", "involvedObject.name",
+			"involvedObject.uid", "involvedObject.fieldPath", "reason", "type")
 	}
-	switch o := obj.(type) {
-	case *corev1.Pod:
-		set[fieldNodeName] = o.Spec.NodeName
-		set[fieldPhase] = string(o.Status.Phase)
-	case *corev1.Node:
-		set["spec.unschedulable"] = strconv.FormatBool(o.Spec.Unschedulable)
-	case *corev1.Event:
-		set["involvedObject.kind"] = o.InvolvedObject.Kind
-		set["involvedObject.namespace"] = o.InvolvedObject.Namespace
-		set["involvedObject.name"] = o.InvolvedObject.Name
-		set["involvedObject.uid"] = string(o.InvolvedObject.UID)
-		set["involvedObject.fieldPath"] = o.InvolvedObject.FieldPath
-		set["reason"] = o.Reason
-		set["type"] = o.Type
+	return names
+}
+
+// fieldValues returns obj's values of fieldNames(r), "" where obj is not of
+// r's type.
+func fieldValues(r *resources.Resource, obj resources.Object) []string {
+	name, ns := obj.GetName(), obj.GetNamespace()
+	switch r {
+	case resources.Pods:
+		o, _ := obj.(*corev1.Pod)
+		if o == nil {
+			return []string{name, ns, "", ""}
+		}
+		return []string{name, ns, o.Spec.NodeName, string(o.Status.Phase)}
+	case resources.Nodes:
+		o, _ := obj.(*corev1.Node)
+		if o == nil {
+			return []string{name, ns, ""}
+		}
+		return []string{name, ns, strconv.FormatBool(o.Spec.Unschedulable)}
+	case resources.Events:
+		o, _ := obj.(*corev1.Event)
+		if o == nil {
+			return []string{name, ns, "", "", "", "", "", "", ""}
+		}
+		io := &o.InvolvedObject
+		return []string{name, ns, io.Kind, io.Namespace, io.Name, string(io.UID), io.FieldPath, o.Reason, o.Type}
+	}
+	return []string{name, ns}
+}
+
+// FieldSet returns the fields a field selector can match for obj, an object
+// of r: see fieldNames.
+func FieldSet(r *resources.Resource, obj resources.Object) fields.Set {
+	names, values := fieldNames(r), fieldValues(r, obj)
+	set := make(fields.Set, len(names))
+	for i, n := range names {
+		set[n] = values[i]
 	}
 	return set
 }
 
+// objectFields is one object's fields as the watch cache keeps them: the
+// values of its resource's fieldNames, in order. It is the fields.Fields a
+// field selector is matched against, several times smaller than a
+// fields.Set, and the cache keeps one for every version in its ring.
+type objectFields struct {
+	names  []string // fieldNames of the resource, shared by all its objects
+	values []string
+}
+
+var _ fields.Fields = (*objectFields)(nil)
+
+// Has reports whether field is one of the resource's field names.
+func (f *objectFields) Has(field string) bool { return slices.Contains(f.names, field) }
+
+// Get returns field's value, "" for an unknown field.
+func (f *objectFields) Get(field string) string {
+	if i := slices.Index(f.names, field); i >= 0 {
+		return f.values[i]
+	}
+	return ""
+}
+
 // supportedFields lists the field selector keys FieldSet provides for r.
 func supportedFields(r *resources.Resource) map[string]bool {
-	m := map[string]bool{"metadata.name": true, "metadata.namespace": true}
-	var extra []string
-	switch r {
-	case resources.Pods:
-		extra = []string{fieldNodeName, fieldPhase}
-	case resources.Nodes:
-		extra = []string{"spec.unschedulable"}
-	case resources.Events:
-		extra = []string{"involvedObject.kind", "involvedObject.namespace", "involvedObject.name",
-			"involvedObject.uid", "involvedObject.fieldPath", "reason", "type"}
-	}
-	for _, f := range extra {
+	m := map[string]bool{}
+	for _, f := range fieldNames(r) {
 		m[f] = true
 	}
 	return m
@@ -119,13 +163,13 @@ func newMatcher(r *resources.Resource, namespace string, sel Selector) matcher {
 
 // matches reports whether an object, given by its cached entry, passes.
 func (m *matcher) matches(e *entry) bool {
-	if m.namespace != "" && e.obj.GetNamespace() != m.namespace {
+	if m.namespace != "" && e.namespace() != m.namespace {
 		return false
 	}
 	if m.label != nil && !m.label.Matches(e.labels) {
 		return false
 	}
-	if m.field != nil && !m.field.Matches(e.fields) {
+	if m.field != nil && !m.field.Matches(&e.fields) {
 		return false
 	}
 	return true

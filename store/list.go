@@ -20,7 +20,9 @@ const freshTimeout = 10 * time.Second
 // and the list's resourceVersion. It is served by the watch cache after the
 // cache has caught up with etcd's current revision, so it reflects every write
 // that completed before the call. The returned objects are shared with the
-// cache and other readers: they are READ-ONLY.
+// cache and other readers: they are READ-ONLY. For a resource whose cache
+// keeps no objects (see keepsObjects), List reads them from etcd at the
+// list's resourceVersion.
 func (s *Store) List(ctx context.Context, r *resources.Resource, namespace string, sel Selector) ([]resources.Object, int64, error) {
 	c, err := s.cacheFor(r)
 	if err != nil {
@@ -41,14 +43,31 @@ func (s *Store) List(ctx context.Context, r *resources.Resource, namespace strin
 	if m.hasNode {
 		src = c.byNode[m.node]
 	}
-	items := make([]resources.Object, 0, len(src))
+	var (
+		items []resources.Object
+		keys  []string // without kept objects: the keys to read from etcd
+	)
+	if c.keepObjects {
+		items = make([]resources.Object, 0, len(src))
+	}
 	for _, e := range src {
-		if m.matches(e) {
+		if !m.matches(e) {
+			continue
+		}
+		if c.keepObjects {
 			items = append(items, e.obj)
+		} else {
+			keys = append(keys, e.key)
 		}
 	}
 	rev := c.rev
 	c.mu.RUnlock()
+	if !c.keepObjects {
+		var err error
+		if items, err = c.fetchAt(ctx, c.prefixIn(namespace), keys, rev); err != nil {
+			return nil, 0, err
+		}
+	}
 	sortObjects(items)
 	return items, rev, nil
 }

@@ -38,6 +38,10 @@ type Config struct {
 	// always kept). Zero means DefaultCompactInterval; negative disables
 	// periodic compaction.
 	CompactInterval time.Duration
+	// EventTTL is how long an Event is kept after its last write (etcd
+	// deletes it, and watchers see it deleted). Zero means DefaultEventTTL;
+	// negative keeps Events until they are deleted.
+	EventTTL time.Duration
 	// Logger receives the store's and etcd's warnings and errors; nil
 	// discards them.
 	Logger *slog.Logger
@@ -46,13 +50,17 @@ type Config struct {
 	unsafeNoFsync bool
 	// ringSize and watchBuffer override the watch cache sizes; tests only.
 	ringSize, watchBuffer int
+	// leaseReuse overrides leaseReuse when positive; tests only.
+	leaseReuse time.Duration
 }
 
 const (
 	// defaultRingSize is the number of recent events each resource's watch
 	// cache keeps for resuming watches (the Kubernetes watch cache keeps
 	// between 100 and 100,000 depending on load; 10,000 covers a burst of a
-	// pod update on every node of a large cluster).
+	// pod update on every node of a large cluster). An event of a replaced
+	// version costs about 200 bytes (its selector data, not the object), so
+	// a full ring is about 2 MiB.
 	defaultRingSize = 10000
 	// defaultWatchBuffer is the number of events a watcher may fall behind
 	// before it is closed. Large enough to absorb bursts, small enough that
@@ -67,6 +75,7 @@ type Store struct {
 	client   *clientv3.Client
 	embedded *embedded // nil with external endpoints
 	caches   map[string]*cache
+	leases   *leases // for Events, which expire
 
 	cancel    context.CancelFunc // ends the compactor and the caches' etcd watches
 	wg        sync.WaitGroup     // the compactor
@@ -117,6 +126,14 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 			}
 		}
 	}
+
+	if cfg.EventTTL == 0 {
+		cfg.EventTTL = DefaultEventTTL
+	}
+	if cfg.leaseReuse <= 0 {
+		cfg.leaseReuse = leaseReuse
+	}
+	s.leases = newLeases(s.client, cfg.EventTTL, cfg.leaseReuse)
 
 	bg, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel

@@ -223,6 +223,16 @@ func TestFieldSet(t *testing.T) {
 		if len(supportedFields(tc.r)) != len(got) {
 			t.Errorf("%s: selectors accept fields FieldSet does not provide", tc.r.Name)
 		}
+		// The watch cache's compact form answers the same.
+		of := &objectFields{names: fieldNames(tc.r), values: fieldValues(tc.r, tc.obj)}
+		for f, v := range tc.want {
+			if !of.Has(f) || of.Get(f) != v {
+				t.Errorf("%s: objectFields %s = %q (has %v), want %q", tc.r.Name, f, of.Get(f), of.Has(f), v)
+			}
+		}
+		if of.Has("spec.other") || of.Get("spec.other") != "" {
+			t.Errorf("%s: objectFields has an unknown field", tc.r.Name)
+		}
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/watch"
@@ -26,17 +25,19 @@ const futureWait = 3 * time.Second
 // order, then live events; if N is older than the cache's history (evicted
 // from its ring, compacted, or from before the cache started), or newer than
 // etcd's current revision, Watch returns a Gone error and the caller must
-// re-list.
+// re-list. Replayed versions that are no longer current are read back from
+// etcd; one compacted there meanwhile is Gone too.
 //
 // An object that stops matching sel arrives as DELETED (its previous state,
 // with the revision of the change), one that starts matching as ADDED.
 // DELETED events of real deletions carry the last state with the deletion's
 // revision. Event objects are shared: READ-ONLY.
 //
-// Each watcher has a bounded buffer; a consumer that falls behind by more
-// than that is dropped: its result channel is closed after the buffered
-// events, and it should resume from the last resourceVersion it saw. The
-// result channel is also closed when ctx ends, Stop is called, or the store
+// Each watcher has a bounded buffer beyond its initial events, and no
+// goroutine; a consumer that falls behind by more than that is dropped: its
+// result channel is closed after the buffered events, and it should resume
+// from the last resourceVersion it saw. The result channel is also closed,
+// after the buffered events, when ctx ends, Stop is called, or the store
 // closes. Stop is idempotent and safe to call concurrently.
 func (s *Store) Watch(ctx context.Context, r *resources.Resource, namespace string, rv int64, sel Selector) (watch.Interface, error) {
 	c, err := s.cacheFor(r)
@@ -89,19 +90,18 @@ func (s *Store) waitFuture(ctx context.Context, c *cache, rv int64) error {
 	return nil
 }
 
-// cacheWatcher is one Watch. The dispatcher (holding cache.mu) puts converted
-// events into input without blocking; the watcher's goroutine moves them
-// from input (after the initial events) to the unbuffered result channel.
+// cacheWatcher is one Watch. It has no goroutine of its own: its result
+// channel is buffered, starts with the initial events, and the dispatcher
+// (holding cache.mu) adds each live event without blocking. Removing the
+// watcher (Stop, ctx's end, a full buffer, the cache stopping) closes the
+// channel after what is buffered.
 type cacheWatcher struct {
 	c       *cache
 	m       matcher
-	input   chan watch.Event // closed by cache.removeLocked
-	result  chan watch.Event // closed by run
-	initial []watch.Event    // owned by run once started
+	result  chan watch.Event // closed by cache.removeLocked
 	removed bool             // guarded by c.mu
-
-	stopc    chan struct{}
-	stopOnce sync.Once
+	// stopAfter unregisters the ctx callback that removes the watcher.
+	stopAfter func() bool
 }
 
 var _ watch.Interface = (*cacheWatcher)(nil)
@@ -109,172 +109,279 @@ var _ watch.Interface = (*cacheWatcher)(nil)
 // ResultChan returns the event channel.
 func (w *cacheWatcher) ResultChan() <-chan watch.Event { return w.result }
 
-// Stop ends the watch; the result channel is closed shortly after.
-func (w *cacheWatcher) Stop() {
-	w.stopOnce.Do(func() { close(w.stopc) })
-	w.c.remove(w)
-}
+// Stop ends the watch: the result channel is closed after the events
+// already buffered.
+func (w *cacheWatcher) Stop() { w.c.remove(w) }
 
 // addWatcher registers a watcher starting after rv (0: synthetic ADDED
-// events for the current state) with room for buffer pending events, and
-// starts its goroutine.
+// events for the current state) with room for buffer pending events beyond
+// the initial ones. The initial events are sorted, and objects the cache
+// does not hold decoded read from etcd, without the lock; the events that
+// happen meanwhile are added before the watcher is registered, so it
+// misses none.
 func (c *cache) addWatcher(ctx context.Context, m matcher, rv int64, buffer int) (*cacheWatcher, error) {
-	w := &cacheWatcher{
-		c:      c,
-		m:      m,
-		input:  make(chan watch.Event, buffer),
-		result: make(chan watch.Event),
-		stopc:  make(chan struct{}),
-	}
+	w := &cacheWatcher{c: c, m: m}
 	c.mu.Lock()
-	if c.stopped {
+	if err := c.checkStartLocked(rv); err != nil {
 		c.mu.Unlock()
-		return nil, newError(Internal, c.r, "", "", errClosed)
-	}
-	if rv != 0 && rv < c.window {
-		window := c.window
-		c.mu.Unlock()
-		return nil, newError(Gone, c.r, "", "", fmt.Errorf("too old resource version: %d (%d)", rv, window))
+		return nil, err
 	}
 	var (
-		initial []watch.Event
-		objs    []resources.Object // rv 0: the current state, sorted after unlocking
+		objs   []resources.Object // rv 0: the current state
+		keys   []string           // rv 0 without kept objects: the keys to read at rev
+		replay []replayed         // rv N: the events after N
 	)
+	rev := c.rev // the initial events cover everything up to rev
 	if rv == 0 {
 		src := c.objects
 		if m.hasNode {
 			src = c.byNode[m.node]
 		}
-		objs = make([]resources.Object, 0, len(src))
 		for _, e := range src {
-			if m.matches(e) {
+			switch {
+			case !m.matches(e):
+			case c.keepObjects:
 				objs = append(objs, e.obj)
+			default:
+				keys = append(keys, e.key)
 			}
 		}
 	} else {
-		for i := c.ring.after(rv); i < c.ring.n; i++ {
-			if e, ok := w.convert(c.ring.at(i)); ok {
-				initial = append(initial, e)
+		replay = w.replayAfter(rv)
+	}
+	var initial []watch.Event
+	for first := true; first || needsRead(replay); first = false {
+		c.mu.Unlock()
+		if len(keys) > 0 {
+			var err error
+			if objs, err = c.fetchAt(ctx, c.prefixIn(m.namespace), keys, rev); err != nil {
+				return nil, err
 			}
+			keys = nil
 		}
+		if objs != nil {
+			sortObjects(objs)
+			initial, objs = addedEvents(objs), nil
+		}
+		more, err := c.complete(ctx, replay)
+		if err != nil {
+			return nil, err
+		}
+		initial = append(initial, more...)
+		c.mu.Lock()
+		if err := c.checkStartLocked(rev); err != nil {
+			c.mu.Unlock()
+			return nil, err
+		}
+		replay, rev = w.replayAfter(rev), c.rev
+	}
+	more, _ := c.complete(ctx, replay) // reads nothing: cannot fail
+	initial = append(initial, more...)
+	w.result = make(chan watch.Event, len(initial)+buffer)
+	for _, e := range initial {
+		w.result <- e
 	}
 	c.registerLocked(w)
-	c.wg.Add(1)
+	w.stopAfter = context.AfterFunc(ctx, func() { c.remove(w) })
 	c.mu.Unlock()
-
-	if rv == 0 {
-		sortObjects(objs)
-		initial = make([]watch.Event, len(objs))
-		for i, o := range objs {
-			initial[i] = watch.Event{Type: watch.Added, Object: o}
-		}
-	}
-	w.initial = initial
-	go w.run(ctx)
 	return w, nil
 }
 
-// run delivers the initial events, then live ones, until the input closes,
-// the watcher is stopped, ctx ends or the cache stops.
-func (w *cacheWatcher) run(ctx context.Context) {
-	defer w.c.wg.Done()
-	defer close(w.result)
-	defer w.c.remove(w)
-	for _, e := range w.initial {
-		if !w.deliver(ctx, e) {
-			return
-		}
+// checkStartLocked fails unless a watch can start after rev (0: now): the
+// cache runs and still holds every event after rev.
+func (c *cache) checkStartLocked(rev int64) error {
+	if c.stopped {
+		return newError(Internal, c.r, "", "", errClosed)
 	}
-	w.initial = nil
-	for {
-		select {
-		case e, ok := <-w.input:
-			if !ok || !w.deliver(ctx, e) {
-				return
-			}
-		case <-w.stopc:
-			return
-		case <-ctx.Done():
-			return
-		case <-w.c.stopc:
-			return
-		}
+	if rev != 0 && rev < c.window {
+		return newError(Gone, c.r, "", "", fmt.Errorf("too old resource version: %d (%d)", rev, c.window))
 	}
+	return nil
 }
 
-func (w *cacheWatcher) deliver(ctx context.Context, e watch.Event) bool {
-	select {
-	case w.result <- e:
-		return true
-	case <-w.stopc:
-	case <-ctx.Done():
-	case <-w.c.stopc:
+// addedEvents returns a synthetic ADDED event for each object.
+func addedEvents(objs []resources.Object) []watch.Event {
+	out := make([]watch.Event, len(objs))
+	for i, o := range objs {
+		out[i] = watch.Event{Type: watch.Added, Object: o}
+	}
+	return out
+}
+
+// replayAfter returns what this watcher sees of the ring's events after
+// rev. Called with c.mu held.
+func (w *cacheWatcher) replayAfter(rev int64) []replayed {
+	var out []replayed
+	for i := w.c.ring.after(rev); i < w.c.ring.n; i++ {
+		if r, ok := w.replay(w.c.ring.at(i)); ok {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// replayed is one past event as a resuming watcher sees it, taken from the
+// ring under the lock: obj is nil when the version it needs is no longer
+// held decoded, and last marks a DELETED event, which carries the state key
+// had just before rev, with rev as its resourceVersion.
+type replayed struct {
+	typ  watch.EventType
+	key  string
+	rev  int64
+	obj  resources.Object
+	last bool
+}
+
+// needsRead reports whether completing replay reads etcd.
+func needsRead(replay []replayed) bool {
+	for _, r := range replay {
+		if r.obj == nil {
+			return true
+		}
 	}
 	return false
 }
 
-// convert turns a cache event into what this watcher sees, applying the
-// Kubernetes selector transitions. ok is false if the watcher sees nothing.
-func (w *cacheWatcher) convert(ev *event) (watch.Event, bool) {
+// complete turns replayed events into watch events, reading from etcd the
+// versions the cache no longer holds.
+func (c *cache) complete(ctx context.Context, replay []replayed) ([]watch.Event, error) {
+	out := make([]watch.Event, len(replay))
+	for i, r := range replay {
+		obj, own := r.obj, false
+		if obj == nil {
+			asOf := r.rev
+			if r.last {
+				asOf--
+			}
+			var err error
+			if obj, err = c.fetch(ctx, r.key, asOf); err != nil {
+				return nil, err
+			}
+			own = true
+		}
+		if r.last {
+			if !own {
+				obj = obj.DeepCopyObject().(resources.Object)
+			}
+			obj.SetResourceVersion(formatRV(r.rev))
+		}
+		out[i] = watch.Event{Type: r.typ, Object: obj}
+	}
+	return out, nil
+}
+
+// sees reports how this watcher sees a cache event, applying the
+// Kubernetes selector transitions: as typ, with the new version's object
+// (last false) or with the replaced version's state at the event's
+// revision (last true, for real deletions and for objects that stopped
+// matching). ok is false if the watcher sees nothing.
+func (w *cacheWatcher) sees(ev *event) (typ watch.EventType, last, ok bool) {
 	switch ev.typ {
 	case watch.Added:
 		if w.m.matches(ev.cur) {
-			return watch.Event{Type: watch.Added, Object: ev.cur.obj}, true
+			return watch.Added, false, true
 		}
 	case watch.Deleted:
 		if w.m.matches(ev.prev) {
-			return watch.Event{Type: watch.Deleted, Object: ev.cur.obj}, true
+			return watch.Deleted, true, true
 		}
 	case watch.Modified:
 		curOK, prevOK := w.m.matches(ev.cur), w.m.matches(ev.prev)
 		switch {
 		case curOK && prevOK:
-			return watch.Event{Type: watch.Modified, Object: ev.cur.obj}, true
+			return watch.Modified, false, true
 		case curOK:
-			return watch.Event{Type: watch.Added, Object: ev.cur.obj}, true
+			return watch.Added, false, true
 		case prevOK:
 			// As Kubernetes: the state the watcher knew, at the revision
 			// where it stopped matching.
-			last, ok := ev.prev.obj.DeepCopyObject().(resources.Object)
-			if !ok {
-				return watch.Event{}, false
-			}
-			last.SetResourceVersion(formatRV(ev.rev))
-			return watch.Event{Type: watch.Deleted, Object: last}, true
+			return watch.Deleted, true, true
 		}
 	}
-	return watch.Event{}, false
+	return "", false, false
+}
+
+// replay is what this watcher sees of a past event; see replayed.
+func (w *cacheWatcher) replay(ev *event) (replayed, bool) {
+	typ, last, ok := w.sees(ev)
+	if !ok {
+		return replayed{}, false
+	}
+	src := ev.cur
+	if last {
+		src = ev.prev
+	}
+	return replayed{typ: typ, key: src.key, rev: ev.rev, obj: src.obj, last: last}, true
 }
 
 // dispatchLocked offers ev to the watchers that can match it: all watchers
 // without a node index, and those indexed under the node names the object
 // had before and after the change. A watcher whose buffer is full is closed.
+// Both versions' objects are still held (see apply).
 func (c *cache) dispatchLocked(ev *event) {
+	d := dispatch{ev: ev}
 	for w := range c.watchers {
-		c.sendLocked(w, ev)
+		c.sendLocked(w, &d)
 	}
 	if c.nodeWatchers == nil {
 		return
 	}
-	for w := range c.nodeWatchers[ev.cur.node] {
-		c.sendLocked(w, ev)
+	var curNode string
+	if ev.cur != nil {
+		curNode = ev.cur.node
+		for w := range c.nodeWatchers[curNode] {
+			c.sendLocked(w, &d)
+		}
 	}
-	if ev.prev != nil && ev.prev.node != ev.cur.node {
+	if ev.prev != nil && (ev.cur == nil || ev.prev.node != curNode) {
 		for w := range c.nodeWatchers[ev.prev.node] {
-			c.sendLocked(w, ev)
+			c.sendLocked(w, &d)
 		}
 	}
 }
 
-func (c *cache) sendLocked(w *cacheWatcher, ev *event) {
-	e, ok := w.convert(ev)
+// dispatch is one live event being offered to the watchers.
+type dispatch struct {
+	ev   *event
+	last resources.Object // the replaced version's state at ev.rev, made once when needed
+}
+
+// lastState returns prev's object carrying the event's revision; false if
+// it is not held (see readReplaced).
+func (d *dispatch) lastState() (resources.Object, bool) {
+	if d.last == nil {
+		if d.ev.prev.obj == nil {
+			return nil, false
+		}
+		last, ok := d.ev.prev.obj.DeepCopyObject().(resources.Object)
+		if !ok {
+			return nil, false
+		}
+		last.SetResourceVersion(formatRV(d.ev.rev))
+		d.last = last
+	}
+	return d.last, true
+}
+
+func (c *cache) sendLocked(w *cacheWatcher, d *dispatch) {
+	typ, last, ok := w.sees(d.ev)
 	if !ok {
 		return
 	}
+	var obj resources.Object
+	if last {
+		if obj, ok = d.lastState(); !ok {
+			c.lg.Warn("closing a watcher: the state it needs was not read", "revision", d.ev.rev)
+			c.removeLocked(w)
+			return
+		}
+	} else {
+		obj = d.ev.cur.obj
+	}
 	select {
-	case w.input <- e:
+	case w.result <- watch.Event{Type: typ, Object: obj}:
 	default:
-		c.lg.Warn("watcher fell behind, closing it", "bufferedEvents", cap(w.input), "revision", ev.rev)
+		c.lg.Warn("watcher fell behind, closing it", "bufferedEvents", cap(w.result), "revision", d.ev.rev)
 		c.removeLocked(w)
 	}
 }
@@ -299,8 +406,8 @@ func (c *cache) remove(w *cacheWatcher) {
 	c.mu.Unlock()
 }
 
-// removeLocked unregisters w and closes its input, so its goroutine ends
-// after delivering what is buffered. Idempotent.
+// removeLocked unregisters w and closes its result channel; what is
+// buffered can still be received. Idempotent.
 func (c *cache) removeLocked(w *cacheWatcher) {
 	if w.removed {
 		return
@@ -316,7 +423,10 @@ func (c *cache) removeLocked(w *cacheWatcher) {
 	} else {
 		delete(c.watchers, w)
 	}
-	close(w.input)
+	close(w.result)
+	if w.stopAfter != nil {
+		w.stopAfter()
+	}
 }
 
 // terminateAllLocked closes every watcher.

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"testing"
 	"time"
 
@@ -414,6 +415,33 @@ func TestWatchStopAndContext(t *testing.T) {
 	c.mu.RUnlock()
 	if left != 0 {
 		t.Errorf("%d watchers still registered", left)
+	}
+}
+
+// TestWatchersHaveNoGoroutines: a watcher costs its buffer, not a
+// goroutine, so a thousand agents' watches do not cost a thousand stacks;
+// the dispatcher still delivers to all of them.
+func TestWatchersHaveNoGoroutines(t *testing.T) {
+	s := openTest(t)
+	ctx := testCtx(t)
+	mustCreate(t, s, resources.Pods, newPod("default", "p0", "n0", nil))
+	before := runtime.NumGoroutine()
+	const n = 200
+	ws := make([]watch.Interface, n)
+	for i := range ws {
+		w, err := s.Watch(ctx, resources.Pods, "", 0, Selector{Field: mustField(t, "spec.nodeName=n0")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Stop()
+		ws[i] = w
+	}
+	if grown := runtime.NumGoroutine() - before; grown > n/10 {
+		t.Errorf("%d watchers started %d goroutines", n, grown)
+	}
+	p1 := mustCreate(t, s, resources.Pods, newPod("default", "p1", "n0", nil))
+	for _, w := range ws {
+		expectEvents(t, w, want{watch.Added, "p0", 0}, want{watch.Added, "p1", rvOf(t, p1)})
 	}
 }
 
