@@ -28,6 +28,7 @@ import (
 	"github.com/everynode/everynode/client"
 	"github.com/everynode/everynode/controller/daemonset"
 	"github.com/everynode/everynode/controller/garbagecollector"
+	"github.com/everynode/everynode/controller/internal/informer"
 	"github.com/everynode/everynode/controller/nodelifecycle"
 )
 
@@ -45,8 +46,9 @@ type Config struct {
 	DaemonSetWorkers int
 }
 
-// RunAll builds fresh controllers and runs them until ctx ends; it returns
-// after all of them have stopped, with the first error any returned.
+// RunAll builds fresh controllers, sharing one informer per resource, and
+// runs them until ctx ends; it returns after all of them (and the shared
+// informers) have stopped, with the errors they returned.
 // Controllers cannot be restarted: call RunAll again (e.g. per leader term)
 // to run new ones.
 func RunAll(ctx context.Context, cfg Config) error {
@@ -66,19 +68,22 @@ func RunAll(ctx context.Context, cfg Config) error {
 		run  func(context.Context) error
 	}
 	var runners []runner
-	ds, err := daemonset.New(daemonset.Config{Client: cfg.Client, Logger: logger.With("controller", "daemonset"), Clock: cfg.Clock})
+	// One informer per resource for all controllers: one cache and one
+	// watch of pods (and of Nodes...) instead of one per controller.
+	shared := informer.NewShared(cfg.Client)
+	ds, err := daemonset.New(daemonset.Config{Client: cfg.Client, Logger: logger.With("controller", "daemonset"), Clock: cfg.Clock, Informers: shared})
 	if err != nil {
 		return fmt.Errorf("controller: %w", err)
 	}
 	runners = append(runners, runner{"daemonset", func(ctx context.Context) error { return ds.Run(ctx, workers) }})
-	gc, err := garbagecollector.New(garbagecollector.Config{Client: cfg.Client, Logger: logger.With("controller", "garbagecollector"), Clock: cfg.Clock})
+	gc, err := garbagecollector.New(garbagecollector.Config{Client: cfg.Client, Logger: logger.With("controller", "garbagecollector"), Clock: cfg.Clock, Informers: shared})
 	if err != nil {
 		return fmt.Errorf("controller: %w", err)
 	}
 	runners = append(runners, runner{"garbagecollector", func(ctx context.Context) error { return gc.Run(ctx, 2) }})
 	if cfg.Membership != nil {
 		nl, err := nodelifecycle.New(nodelifecycle.Config{Client: cfg.Client, Membership: cfg.Membership,
-			Logger: logger.With("controller", "nodelifecycle"), Clock: cfg.Clock})
+			Logger: logger.With("controller", "nodelifecycle"), Clock: cfg.Clock, Informers: shared})
 		if err != nil {
 			return fmt.Errorf("controller: %w", err)
 		}
@@ -86,6 +91,7 @@ func RunAll(ctx context.Context, cfg Config) error {
 	}
 
 	var wg sync.WaitGroup
+	wg.Go(func() { shared.Run(ctx) })
 	errs := make([]error, len(runners))
 	for i, r := range runners {
 		wg.Add(1)

@@ -100,31 +100,35 @@ type eventCreator interface {
 }
 
 // clientRecorder writes core/v1 Events through the API from one goroutine
-// (run), so a slow API never stalls a sync: Eventf queues and, when the
-// bounded queue is full, drops the event with a log line.
+// (run), so a slow API never stalls a sync. Eventf drops what Kubernetes'
+// recorder drops (spamFilter: 25 events per object, then one per 5 minutes)
+// and queues the rest; when the bounded queue is full it drops the event and
+// says so in a log line at most every dropLogEvery.
 type clientRecorder struct {
 	client eventCreator
 	clock  clock.PassiveClock
 	logger *slog.Logger
 	queue  chan *corev1.Event
 
-	mu  sync.Mutex
-	seq int64
+	mu       sync.Mutex
+	seq      int64
+	spam     *spamFilter
+	dropped  int       // events dropped on a full queue since the last log line
+	droppedT time.Time // when that line was written
 }
+
+// dropLogEvery spaces the "queue full" log lines.
+const dropLogEvery = 10 * time.Second
 
 func newClientRecorder(c eventCreator, clk clock.PassiveClock, logger *slog.Logger) *clientRecorder {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &clientRecorder{client: c, clock: clk, logger: logger, queue: make(chan *corev1.Event, 1000)}
+	return &clientRecorder{client: c, clock: clk, logger: logger, queue: make(chan *corev1.Event, 1000), spam: newSpamFilter()}
 }
 
 func (r *clientRecorder) Eventf(ctx context.Context, obj resources.Object, eventType, reason, format string, args ...any) {
 	now := metav1.NewTime(r.clock.Now())
-	r.mu.Lock()
-	r.seq++
-	seq := r.seq
-	r.mu.Unlock()
 	ref := corev1.ObjectReference{
 		Namespace: obj.GetNamespace(), Name: obj.GetName(), UID: obj.GetUID(),
 		ResourceVersion: obj.GetResourceVersion(),
@@ -137,10 +141,7 @@ func (r *clientRecorder) Eventf(ctx context.Context, obj resources.Object, event
 		ns = metav1.NamespaceDefault
 	}
 	ev := &corev1.Event{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:      fmt.Sprintf("%s.%x%02x", obj.GetName(), now.UnixNano(), seq%256),
-			Namespace: ns,
-		},
+		ObjectMeta:          metav1.ObjectMeta{Namespace: ns},
 		InvolvedObject:      ref,
 		Reason:              reason,
 		Message:             fmt.Sprintf(format, args...),
@@ -151,10 +152,22 @@ func (r *clientRecorder) Eventf(ctx context.Context, obj resources.Object, event
 		Count:               1,
 		ReportingController: "everynode.io/" + Component,
 	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.spam.allow(ev, now.Time) {
+		r.logger.Debug("event dropped: more than Kubernetes' recorder allows for one object", "reason", reason, "object", ns+"/"+obj.GetName())
+		return
+	}
+	r.seq++
+	ev.Name = fmt.Sprintf("%s.%x%02x", obj.GetName(), now.UnixNano(), r.seq%256)
 	select {
 	case r.queue <- ev:
 	default:
-		r.logger.Warn("event queue full, dropping event", "reason", reason, "object", ns+"/"+obj.GetName())
+		r.dropped++
+		if t := now.Time; t.Sub(r.droppedT) >= dropLogEvery {
+			r.logger.Warn("event queue full: events dropped (the API is slower than events are recorded)", "dropped", r.dropped, "lastReason", reason, "lastObject", ns+"/"+obj.GetName())
+			r.dropped, r.droppedT = 0, t
+		}
 	}
 }
 

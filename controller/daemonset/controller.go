@@ -35,6 +35,10 @@ type Config struct {
 	Logger *slog.Logger
 	// Clock drives back-off, minReadySeconds and expectations; nil is the real clock.
 	Clock clock.WithTicker
+	// Informers, when set, provides informers shared with other
+	// controllers, run by its owner (see controller.RunAll); nil makes the
+	// controller's own.
+	Informers *informer.Shared
 }
 
 // Controller is the DaemonSet controller: the sample-controller skeleton
@@ -50,7 +54,7 @@ type Controller struct {
 	failedPodsBackoff *flowcontrol.Backoff
 	expectations      *expectations
 
-	informers []cache.SharedIndexInformer
+	informers *informer.Set
 	dsStore   cache.Indexer
 	podStore  cache.Indexer
 	nodeStore cache.Indexer
@@ -90,11 +94,16 @@ func New(cfg Config) (*Controller, error) {
 	}
 	c.podControl = clientPodControl{client: cfg.Client, recorder: rec}
 
-	dsInf := newInformer(cfg.Client, resources.DaemonSets)
-	podInf := newInformer(cfg.Client, resources.Pods)
-	nodeInf := newInformer(cfg.Client, resources.Nodes)
-	crInf := newInformer(cfg.Client, resources.ControllerRevisions)
-	c.informers = []cache.SharedIndexInformer{dsInf, podInf, nodeInf, crInf}
+	c.informers = informer.NewSet(cfg.Informers, cfg.Client)
+	infs := make([]cache.SharedIndexInformer, 4)
+	for i, r := range []*resources.Resource{resources.DaemonSets, resources.Pods, resources.Nodes, resources.ControllerRevisions} {
+		inf, err := c.informers.Add(r, nil)
+		if err != nil {
+			return nil, fmt.Errorf("daemonset controller: %w", err)
+		}
+		infs[i] = inf
+	}
+	dsInf, podInf, nodeInf, crInf := infs[0], infs[1], infs[2], infs[3]
 	c.dsStore, c.podStore, c.nodeStore, c.crStore = dsInf.GetIndexer(), podInf.GetIndexer(), nodeInf.GetIndexer(), crInf.GetIndexer()
 
 	for _, reg := range []struct {
@@ -130,7 +139,7 @@ func (c *Controller) Run(ctx context.Context, n int) error {
 		}()
 	}
 	c.logger.Info("daemonset controller: waiting for caches")
-	if err := informer.Start(ctx, &wg, "daemonset controller", c.informers...); err != nil {
+	if err := c.informers.Start(ctx, &wg, "daemonset controller"); err != nil {
 		return err
 	}
 	c.logger.Info("daemonset controller: started", "workers", n)

@@ -4,7 +4,8 @@
 //
 // Files by concern:
 //   - controller.go: Config, New, Run, the work queue and workers.
-//   - listwatch.go:  client-go informers fed by client.Interface List+Watch.
+//   - listwatch.go:  index names of the informers (controller/internal/informer;
+//     shared with the other controllers under controller.RunAll).
 //   - handlers.go:   informer event handlers; they only enqueue keys (§2.1).
 //   - sync.go:       the level-triggered sync of one DaemonSet (§2.2).
 //   - eligibility.go: NodeShouldRunDaemonPod and the automatic tolerations (§1).

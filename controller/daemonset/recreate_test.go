@@ -37,15 +37,15 @@ func TestExpectationsOnRecreate(t *testing.T) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel()
-	for _, inf := range c.informers {
+	for _, inf := range c.informers.Informers() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			inf.RunWithContext(ctx)
 		}()
 	}
-	synced := make([]cache.InformerSynced, len(c.informers))
-	for i, inf := range c.informers {
+	synced := make([]cache.InformerSynced, len(c.informers.Informers()))
+	for i, inf := range c.informers.Informers() {
 		synced[i] = inf.HasSynced
 	}
 	if !cache.WaitForCacheSync(ctx.Done(), synced...) {

@@ -27,7 +27,7 @@ const DefaultResyncInterval = time.Minute
 
 const (
 	ownerUIDIndex = "ownerUID"
-	nodeNameIndex = "spec.nodeName"
+	nodeNameIndex = informer.NodeNameIndex
 )
 
 // Config configures a Collector.
@@ -40,6 +40,10 @@ type Config struct {
 	Clock clock.WithTicker
 	// ResyncInterval; 0 means DefaultResyncInterval.
 	ResyncInterval time.Duration
+	// Informers, when set, provides informers shared with other
+	// controllers, run by its owner (see controller.RunAll); nil makes the
+	// collector's own.
+	Informers *informer.Shared
 }
 
 // kind of work item.
@@ -68,7 +72,7 @@ type Collector struct {
 
 	// stores by resource: the watched kinds.
 	stores    map[*resources.Resource]cache.Indexer
-	informers []cache.SharedIndexInformer
+	informers *informer.Set
 	queue     workqueue.TypedRateLimitingInterface[item]
 }
 
@@ -96,14 +100,17 @@ func New(cfg Config) (*Collector, error) {
 	}
 	c.queue = workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[item](),
 		workqueue.TypedRateLimitingQueueConfig[item]{Clock: c.clock})
+	c.informers = informer.NewSet(cfg.Informers, cfg.Client)
 	for _, r := range append(append([]*resources.Resource(nil), dependentResources...), ownerResources...) {
 		idx := cache.Indexers{ownerUIDIndex: indexOwnerUIDs}
 		if r == resources.Pods {
-			idx[nodeNameIndex] = indexNodeName
+			idx[nodeNameIndex] = informer.IndexByNodeName
 		}
-		inf := informer.New(cfg.Client, r, idx)
+		inf, err := c.informers.Add(r, idx)
+		if err != nil {
+			return nil, fmt.Errorf("garbage collector: %w", err)
+		}
 		c.stores[r] = inf.GetIndexer()
-		c.informers = append(c.informers, inf)
 		if _, err := inf.AddEventHandler(c.handlers(r)); err != nil {
 			return nil, fmt.Errorf("garbage collector: %w", err)
 		}
@@ -121,13 +128,6 @@ func indexOwnerUIDs(obj any) ([]string, error) {
 		out = append(out, string(ref.UID))
 	}
 	return out, nil
-}
-
-func indexNodeName(obj any) ([]string, error) {
-	if p, ok := obj.(*corev1.Pod); ok && p.Spec.NodeName != "" {
-		return []string{p.Spec.NodeName}, nil
-	}
-	return nil, nil
 }
 
 func isDependent(r *resources.Resource) bool {
@@ -231,7 +231,7 @@ func (c *Collector) Run(ctx context.Context, n int) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer c.queue.ShutDown()
-	if err := informer.Start(ctx, &wg, "garbage collector", c.informers...); err != nil {
+	if err := c.informers.Start(ctx, &wg, "garbage collector"); err != nil {
 		return err
 	}
 	workers.Run(ctx, &wg, n, c.queue, c.sync, c.syncFailed)

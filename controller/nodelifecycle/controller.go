@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -35,7 +36,7 @@ const (
 // ReasonTaintManagerEviction is the event reason of an eviction (as Kubernetes).
 const ReasonTaintManagerEviction = "TaintManagerEviction"
 
-const nodeNameIndex = "spec.nodeName"
+const nodeNameIndex = informer.NodeNameIndex
 
 var discard = logr.Discard()
 
@@ -54,6 +55,10 @@ type Config struct {
 	// GracePeriod for nodes membership does not know yet, counted from the
 	// Node's creation or from Run, whichever is later; 0 means DefaultGracePeriod.
 	GracePeriod time.Duration
+	// Informers, when set, provides informers shared with other
+	// controllers, run by its owner (see controller.RunAll); nil makes the
+	// controller's own.
+	Informers *informer.Shared
 }
 
 // Controller keeps Nodes' Ready condition and not-ready/unreachable
@@ -71,7 +76,13 @@ type Controller struct {
 	// know runs from it too. Set by Run before any worker starts.
 	started time.Time
 
-	informers []cache.SharedIndexInformer
+	// round is membership by name, read once per round of syncs (each
+	// hint and reconcile tick) while Run runs: a node's sync looks its
+	// member up instead of copying all of membership, which made a round
+	// O(nodes²). Nil before Run: sync reads membership itself.
+	round atomic.Pointer[map[string]Member]
+
+	informers *informer.Set
 	nodeStore cache.Indexer
 	podStore  cache.Indexer
 	queue     workqueue.TypedRateLimitingInterface[string]
@@ -100,14 +111,15 @@ func New(cfg Config) (*Controller, error) {
 	}
 	c.queue = workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 		workqueue.TypedRateLimitingQueueConfig[string]{Clock: c.clock})
-	nodeInf := informer.New(cfg.Client, resources.Nodes, nil)
-	podInf := informer.New(cfg.Client, resources.Pods, cache.Indexers{nodeNameIndex: func(o any) ([]string, error) {
-		if p, ok := o.(*corev1.Pod); ok && p.Spec.NodeName != "" {
-			return []string{p.Spec.NodeName}, nil
-		}
-		return nil, nil
-	}})
-	c.informers = []cache.SharedIndexInformer{nodeInf, podInf}
+	c.informers = informer.NewSet(cfg.Informers, cfg.Client)
+	nodeInf, err := c.informers.Add(resources.Nodes, nil)
+	if err != nil {
+		return nil, fmt.Errorf("node lifecycle controller: %w", err)
+	}
+	podInf, err := c.informers.Add(resources.Pods, cache.Indexers{nodeNameIndex: informer.IndexByNodeName})
+	if err != nil {
+		return nil, fmt.Errorf("node lifecycle controller: %w", err)
+	}
 	c.nodeStore, c.podStore = nodeInf.GetIndexer(), podInf.GetIndexer()
 	if _, err := nodeInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.enqueueNode,
@@ -166,9 +178,10 @@ func (c *Controller) Run(ctx context.Context, n int) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer c.queue.ShutDown()
-	if err := informer.Start(ctx, &wg, "node lifecycle controller", c.informers...); err != nil {
+	if err := c.informers.Start(ctx, &wg, "node lifecycle controller"); err != nil {
 		return err
 	}
+	c.readMembers()
 	workers.Run(ctx, &wg, n, c.queue, c.sync, c.syncFailed)
 	wg.Add(1)
 	go func() {
@@ -180,15 +193,42 @@ func (c *Controller) Run(ctx context.Context, n int) error {
 			case <-ctx.Done():
 				return
 			case <-c.members.Changed():
-				c.enqueueAll()
 			case <-t.C():
-				c.enqueueAll()
 			}
+			c.readMembers()
+			c.enqueueAll()
 		}
 	}()
 	c.logger.Info("node lifecycle controller: started", "workers", n)
 	<-ctx.Done()
 	return nil
+}
+
+// readMembers starts a round: it reads membership for the syncs that
+// follow (see Controller.round). A hint arrives after the change it
+// announces, so the round that follows it sees the change.
+func (c *Controller) readMembers() {
+	ms := c.members.Members()
+	byName := make(map[string]Member, len(ms))
+	for _, m := range ms {
+		byName[m.Name] = m
+	}
+	c.round.Store(&byName)
+}
+
+// member returns name's member in the current round, or, before Run,
+// from membership itself.
+func (c *Controller) member(name string) (Member, bool) {
+	if round := c.round.Load(); round != nil {
+		m, ok := (*round)[name]
+		return m, ok
+	}
+	for _, m := range c.members.Members() {
+		if m.Name == name {
+			return m, true
+		}
+	}
+	return Member{}, false
 }
 
 func (c *Controller) syncFailed(key string, err error) {
@@ -204,14 +244,7 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	}
 	node := obj.(*corev1.Node)
 	now := c.clock.Now()
-	var member Member
-	known := false
-	for _, m := range c.members.Members() {
-		if m.Name == name {
-			member, known = m, true
-			break
-		}
-	}
+	member, known := c.member(name)
 	if cond, changed := desiredReady(node, member, known, now, c.grace, c.started); changed {
 		toUpdate := node.DeepCopy()
 		setCondition(toUpdate, cond)

@@ -25,6 +25,7 @@ type fakeMembership struct {
 	mu      sync.Mutex
 	members []Member
 	ch      chan struct{}
+	reads   int // calls of Members
 }
 
 func newFakeMembership(ms ...Member) *fakeMembership {
@@ -34,7 +35,14 @@ func newFakeMembership(ms ...Member) *fakeMembership {
 func (f *fakeMembership) Members() []Member {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.reads++
 	return append([]Member(nil), f.members...)
+}
+
+func (f *fakeMembership) readCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.reads
 }
 
 func (f *fakeMembership) Changed() <-chan struct{} { return f.ch }
@@ -416,6 +424,64 @@ func TestRunWithFakeMembership(t *testing.T) {
 	}
 	if after := runtime.NumGoroutine(); after > before {
 		t.Errorf("goroutines: %d before, %d after Run returned", before, after)
+	}
+}
+
+// TestRunReadsMembershipOncePerRound: syncing every node after a hint reads
+// membership once, not once per node (a round was O(nodes²) allocations).
+func TestRunReadsMembershipOncePerRound(t *testing.T) {
+	const n = 50
+	var members []Member
+	fc := fake.New()
+	for i := range n {
+		name := fmt.Sprintf("n%d", i)
+		members = append(members, Member{Name: name, Alive: true})
+		if err := fc.Seed(node(name, t0, "")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fm := newFakeMembership(members...)
+	c, err := New(Config{Client: fc, Membership: fm, ReconcileInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- c.Run(ctx, 2) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	allReady := func() bool {
+		items, _, _ := fc.List(context.Background(), resources.Nodes, "", client.ListOptions{})
+		ready := 0
+		for _, o := range items {
+			if r := readyCondition(o.(*corev1.Node)); r != nil && r.Status == corev1.ConditionTrue {
+				ready++
+			}
+		}
+		return ready == n
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !allReady() {
+		if time.Now().After(deadline) {
+			t.Fatal("nodes not all Ready")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	before := fm.readCount()
+	fm.set(members...) // a hint: one more round over every node
+	deadline = time.Now().Add(10 * time.Second)
+	for fm.readCount() == before && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	for c.queue.Len() > 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if reads := fm.readCount() - before; reads != 1 {
+		t.Errorf("a round over %d nodes read membership %d times, want 1", n, reads)
 	}
 }
 
