@@ -46,8 +46,8 @@ func (c *AgentCommand) parse(args []string, std IO) error {
 	if len(pos) > 0 {
 		return usageError(fmt.Sprintf("unexpected arguments %q", pos), "agent takes only flags; see \"everynode agent -h\"")
 	}
-	if err := c.level.UnmarshalText([]byte(c.logLevel)); err != nil {
-		return usageError(fmt.Sprintf("invalid --log-level %q", c.logLevel), "use debug, info, warn or error")
+	if c.level, err = parseLogLevel(c.logLevel); err != nil {
+		return err
 	}
 	if c.server == "" {
 		return usageError("--server is required", "give the URL \"everynode server\" printed, e.g. --server https://10.0.0.1:6443")

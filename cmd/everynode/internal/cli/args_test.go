@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -106,10 +107,10 @@ func TestParseDelete(t *testing.T) {
 
 func TestParseServer(t *testing.T) {
 	c := &ServerCommand{}
-	if err := c.parse(strings.Fields("--data-dir /d --listen :0 --gossip 0.0.0.0:7946 --no-agent --log-level debug --etcd-endpoints http://a:2379,http://b:2379"), discard); err != nil {
+	if err := c.parse(strings.Fields("--data-dir /d --listen :0 --gossip 0.0.0.0:7946 --no-agent --log-level debug --etcd-endpoints http://a:2379,http://b:2379 --event-ttl 90m"), discard); err != nil {
 		t.Fatal(err)
 	}
-	if c.dataDir != "/d" || c.listen != ":0" || !c.noAgent || c.level.String() != "DEBUG" || !slices.Equal(splitList(c.endpoints), []string{"http://a:2379", "http://b:2379"}) {
+	if c.dataDir != "/d" || c.listen != ":0" || !c.noAgent || c.level.String() != "DEBUG" || c.eventTTL != 90*time.Minute || !slices.Equal(splitList(c.endpoints), []string{"http://a:2379", "http://b:2379"}) {
 		t.Fatalf("parsed %+v", c)
 	}
 	for args, want := range map[string]string{
@@ -118,6 +119,7 @@ func TestParseServer(t *testing.T) {
 		"--gossip nope":    "invalid --gossip",
 		"extra":            "unexpected arguments",
 		"--data-dir=":      "--data-dir is empty",
+		"--event-ttl 0s":   "invalid --event-ttl",
 		"-h":               flag.ErrHelp.Error(),
 	} {
 		err := (&ServerCommand{}).parse(strings.Fields(args), discard)

@@ -148,6 +148,32 @@ func eachName(ctx context.Context, names []string, errOut func(error), f func(ct
 	return last
 }
 
+// targetFlags are the ways besides names to say which objects a verb acts
+// on, as kubectl's label and taint take them: --all, or -l SELECTOR.
+type targetFlags struct {
+	all      bool
+	selector string
+}
+
+// registerTargets adds --all, --selector and -l to fs; every and matching
+// describe what they select ("every node").
+func (t *targetFlags) registerTargets(fs *flag.FlagSet, every, matching string) {
+	fs.BoolVar(&t.all, "all", false, every)
+	fs.StringVar(&t.selector, "selector", "", matching)
+	fs.StringVar(&t.selector, "l", "", "shorthand for --selector")
+}
+
+// checkTargets requires names or --all/-l, not both.
+func (t *targetFlags) checkTargets(names []string) error {
+	switch {
+	case len(names) == 0 && !t.all && t.selector == "":
+		return usageError("resource(s) were provided, but no name was specified", "give NAME, --all or -l SELECTOR")
+	case len(names) > 0 && (t.all || t.selector != ""):
+		return usageError("name cannot be provided when a selector or --all is specified", "give names or --all/-l, not both")
+	}
+	return nil
+}
+
 // forEachTarget runs f for each named object or, when names is empty, for
 // every object of r in namespace ns that matches selector (kubectl's
 // "NAME..." or "-l SEL"/"--all"). Each failure but the last is printed to

@@ -4,6 +4,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"strings"
 	"syscall"
@@ -31,6 +32,15 @@ func (e *FixError) Unwrap() error { return e.Cause }
 func withFix(err error, fix string) error { return &FixError{Cause: err, Fix: fix} }
 
 func usageError(msg, fix string) error { return withFix(errors.New(msg), fix) }
+
+// parseLogLevel reads a --log-level value.
+func parseLogLevel(s string) (slog.Level, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(s)); err != nil {
+		return 0, usageError(fmt.Sprintf("invalid --log-level %q", s), "use debug, info, warn or error")
+	}
+	return level, nil
+}
 
 // FormatError renders err as the single line the command prints on stderr:
 // API errors as kubectl does ("Error from server (NotFound): ..."), anything

@@ -23,8 +23,7 @@ type LabelCommand struct {
 
 	clientFlags
 	overwrite bool
-	all       bool
-	selector  string
+	targetFlags
 
 	r      *resources.Resource
 	names  []string
@@ -43,9 +42,7 @@ func (c *LabelCommand) parse(args []string, std IO) error {
 	fs := newFlagSet(c.verb(), c.verb()+" KIND NAME... | KIND --all | KIND -l SELECTOR  KEY=VALUE... KEY-... [--overwrite] [-n NS]", std.Out)
 	c.register(fs.FlagSet)
 	fs.BoolVar(&c.overwrite, "overwrite", false, "allow changing an existing value")
-	fs.BoolVar(&c.all, "all", false, "every object of the kind (in the namespace)")
-	fs.StringVar(&c.selector, "selector", "", "every object matching this label selector")
-	fs.StringVar(&c.selector, "l", "", "shorthand for --selector")
+	c.registerTargets(fs.FlagSet, "every object of the kind (in the namespace)", "every object matching this label selector")
 	pos, err := fs.parse(args)
 	if err != nil {
 		return err
@@ -71,13 +68,7 @@ func (c *LabelCommand) parse(args []string, std IO) error {
 	if c.r == nil {
 		return usageError("you must specify the type of resource", "use one of: "+kindList())
 	}
-	switch {
-	case len(c.names) == 0 && !c.all && c.selector == "":
-		return usageError("resource(s) were provided, but no name was specified", "give NAME, --all or -l SELECTOR")
-	case len(c.names) > 0 && (c.all || c.selector != ""):
-		return usageError("name cannot be provided when a selector or --all is specified", "give names or --all/-l, not both")
-	}
-	return nil
+	return c.checkTargets(c.names)
 }
 
 // parseKeyValues parses "k=v" (set) and "k-" (remove) arguments; labels

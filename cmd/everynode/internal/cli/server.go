@@ -52,6 +52,7 @@ type ServerCommand struct {
 	tlsSANs   string
 	noAgent   bool
 	logLevel  string
+	eventTTL  time.Duration
 	// agent holds the local agent's flags and the gossip flags.
 	agent agentFlags
 
@@ -66,6 +67,7 @@ func (c *ServerCommand) parse(args []string, std IO) error {
 	fs.StringVar(&c.tlsSANs, "tls-san", "", "comma-separated extra host names or IPs for the serving certificate")
 	fs.BoolVar(&c.noAgent, "no-agent", false, "do not run a node agent inside the server")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.DurationVar(&c.eventTTL, "event-ttl", store.DefaultEventTTL, "how long Events are kept after their last update, as kube-apiserver's --event-ttl")
 	c.agent.register(fs, "gossip (memberlist) bind address host:port, UDP and TCP; agents learn it when they join; port 0 picks a free one")
 	pos, err := fs.parse(args)
 	if err != nil {
@@ -74,14 +76,17 @@ func (c *ServerCommand) parse(args []string, std IO) error {
 	if len(pos) > 0 {
 		return usageError(fmt.Sprintf("unexpected arguments %q", pos), "server takes only flags; see \"everynode server -h\"")
 	}
-	if err := c.level.UnmarshalText([]byte(c.logLevel)); err != nil {
-		return usageError(fmt.Sprintf("invalid --log-level %q", c.logLevel), "use debug, info, warn or error")
+	if c.level, err = parseLogLevel(c.logLevel); err != nil {
+		return err
 	}
 	if _, _, err := net.SplitHostPort(c.listen); err != nil {
 		return usageError(fmt.Sprintf("invalid --listen %q: %v", c.listen, err), "use host:port, e.g. 127.0.0.1:6443 or :0")
 	}
 	if c.dataDir == "" {
 		return usageError("--data-dir is empty", "give a directory")
+	}
+	if c.eventTTL < time.Second {
+		return usageError(fmt.Sprintf("invalid --event-ttl %s", c.eventTTL), "use at least 1s, e.g. --event-ttl 1h")
 	}
 	return c.agent.check()
 }
@@ -177,7 +182,7 @@ func (c *ServerCommand) Run(ctx context.Context, args []string, std IO) error {
 		defer logLn.Close()
 	}
 
-	st, err := store.Open(ctx, store.Config{DataDir: dataDir, Endpoints: splitList(c.endpoints), Logger: log})
+	st, err := store.Open(ctx, store.Config{DataDir: dataDir, Endpoints: splitList(c.endpoints), EventTTL: c.eventTTL, Logger: log})
 	if err != nil {
 		if ctx.Err() != nil {
 			log.Info("interrupted while starting")

@@ -22,8 +22,7 @@ type TaintCommand struct {
 
 	clientFlags
 	overwrite bool
-	all       bool
-	selector  string
+	targetFlags
 
 	names  []string
 	add    []corev1.Taint
@@ -34,9 +33,7 @@ func (c *TaintCommand) parse(args []string, std IO) error {
 	fs := newFlagSet("taint", "taint node NAME... | node --all | node -l SELECTOR  KEY[=VALUE]:EFFECT... KEY[:EFFECT]-... [--overwrite]", std.Out)
 	c.register(fs.FlagSet)
 	fs.BoolVar(&c.overwrite, "overwrite", false, "allow replacing a taint of the same key and effect")
-	fs.BoolVar(&c.all, "all", false, "every node")
-	fs.StringVar(&c.selector, "selector", "", "every node matching this label selector")
-	fs.StringVar(&c.selector, "l", "", "shorthand for --selector")
+	c.registerTargets(fs.FlagSet, "every node", "every node matching this label selector")
 	pos, err := fs.parse(args)
 	if err != nil {
 		return err
@@ -63,13 +60,7 @@ func (c *TaintCommand) parse(args []string, std IO) error {
 		return usageError("taint applies only to nodes", "use \"everynode taint node NAME KEY=VALUE:EFFECT\"")
 	}
 	c.names = names
-	switch {
-	case len(c.names) == 0 && !c.all && c.selector == "":
-		return usageError("resource(s) were provided, but no name was specified", "give NAME, --all or -l SELECTOR")
-	case len(c.names) > 0 && (c.all || c.selector != ""):
-		return usageError("name cannot be provided when a selector or --all is specified", "give names or --all/-l, not both")
-	}
-	return nil
+	return c.checkTargets(c.names)
 }
 
 // parseTaints is kubectl's ParseTaints: "k=v:E", "k:E" add; "k=v:E-",
