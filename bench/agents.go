@@ -48,11 +48,15 @@ func (l *latencies) add(d time.Duration) {
 	l.mu.Unlock()
 }
 
-// quantiles returns the p50 and p99 in milliseconds and the sample count.
-func (l *latencies) quantiles() (p50, p99 float64, n int) {
+func (l *latencies) samples() []time.Duration {
 	l.mu.Lock()
-	d := slices.Clone(l.d)
-	l.mu.Unlock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.d)
+}
+
+// quantiles returns the p50 and p99 of d in milliseconds and the sample
+// count; d is sorted in place.
+func quantiles(d []time.Duration) (p50, p99 float64, n int) {
 	if len(d) == 0 {
 		return 0, 0, 0
 	}
@@ -80,45 +84,100 @@ func (c timedClient) UpdateStatus(ctx context.Context, obj client.Object, opts c
 	return out, err
 }
 
+// agentFleet is a running set of simulated nodes, wherever they run: in this
+// process (fleet), in child processes (procFleet), or a child's CPU burner.
+// Methods are safe for concurrent use; stop is idempotent and ends
+// everything the fleet started.
+type agentFleet interface {
+	// record turns the timing of pod status writes on or off.
+	record(ctx context.Context, on bool) error
+	// report returns what the fleet measured so far.
+	report(ctx context.Context) (fleetReport, error)
+	// kill stops one agent the way a crash does.
+	kill(ctx context.Context, name string) error
+	stop()
+}
+
+// fleetReport is what a fleet measured.
+type fleetReport struct {
+	// Dials is how many connections the agents' shared transports opened.
+	Dials int
+	// Samples are the recorded pod status write durations.
+	Samples []time.Duration
+	// GossipLog holds the agents' gossip members' notable lines (suspicions,
+	// refutations, failures; memberlist's debug lines are left out).
+	GossipLog []string
+}
+
+// fleetTarget is what simulated agents need to reach the server.
+type fleetTarget struct {
+	url   string
+	caPEM []byte
+	// token returns a node's credential; safe for concurrent use.
+	token func(node string) string
+	// gossipKey and seeds, when the key is set, make every agent a gossip
+	// member (LAN profile on loopback) joining seeds.
+	gossipKey []byte
+	seeds     []string
+	// static, when set, is told which agents run (runs without gossip).
+	static *staticMembership
+}
+
 // simAgent is one simulated node.
 type simAgent struct {
 	name   string
 	member *gossip.Member // nil without gossip
-	cancel context.CancelFunc
 	done   chan error
+
+	mu     sync.Mutex
+	cancel context.CancelFunc // nil once stopped; guarded by mu
 }
 
-// fleet is the simulated nodes of a run.
+// fleet is simulated nodes running in this process.
 type fleet struct {
-	srv    *server
+	target fleetTarget
 	tr     *http2.Transport
 	lat    *latencies
 	dials  atomic.Int64 // connections the shared transport opened
+	glog   *gossipRecorder
 	log    *slog.Logger
 	agents []*simAgent
+
+	stopOnce sync.Once
 }
+
+var _ agentFleet = (*fleet)(nil)
 
 func nodeName(i int) string { return fmt.Sprintf("sim-%05d", i) }
 
-// startFleet starts n agents (in parallel batches) and returns once all
-// are started; registration is awaited separately.
-func startFleet(ctx context.Context, srv *server, n int, useGossip bool, log *slog.Logger) (*fleet, error) {
-	f := &fleet{srv: srv, lat: &latencies{}, log: log, agents: make([]*simAgent, n)}
-	tr, err := srv.agentTransport(&f.dials)
+// nodeNames returns the names of n simulated nodes.
+func nodeNames(n int) []string {
+	names := make([]string, n)
+	for i := range names {
+		names[i] = nodeName(i)
+	}
+	return names
+}
+
+// startFleet starts an agent for each name (in parallel batches) and
+// returns once all are started; registration is awaited separately.
+func startFleet(ctx context.Context, t fleetTarget, names []string, log *slog.Logger) (*fleet, error) {
+	f := &fleet{target: t, lat: &latencies{}, glog: newGossipRecorder(nil), log: log, agents: make([]*simAgent, len(names))}
+	tr, err := agentTransport(t.caPEM, &f.dials)
 	if err != nil {
 		return nil, err
 	}
 	f.tr = tr
-	errs := make([]error, n)
+	errs := make([]error, len(names))
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 32)
-	for i := range n {
+	for i, name := range names {
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			f.agents[i], errs[i] = f.start(ctx, nodeName(i), useGossip)
+			f.agents[i], errs[i] = f.start(ctx, name)
 		}()
 	}
 	wg.Wait()
@@ -129,28 +188,29 @@ func startFleet(ctx context.Context, srv *server, n int, useGossip bool, log *sl
 	return f, nil
 }
 
-func (f *fleet) start(ctx context.Context, name string, useGossip bool) (*simAgent, error) {
-	h, err := client.NewHTTP(client.Config{Server: f.srv.url, Token: f.srv.cluster.NodeToken(name),
+func (f *fleet) start(ctx context.Context, name string) (*simAgent, error) {
+	h, err := client.NewHTTP(client.Config{Server: f.target.url, Token: f.target.token(name),
 		UserAgent: "everynode-bench-agent", Transport: f.tr})
 	if err != nil {
 		return nil, err
 	}
 	a := &simAgent{name: name, done: make(chan error, 1)}
-	if useGossip {
+	if f.target.gossipKey != nil {
 		cfg := gossip.DefaultLANConfig()
-		cfg.BindAddr, cfg.Name, cfg.Key = "127.0.0.1:0", name, f.srv.cluster.GossipKey()
+		cfg.BindAddr, cfg.Name, cfg.Key = "127.0.0.1:0", name, f.target.gossipKey
 		cfg.Meta = gossip.Meta{Role: gossip.RoleAgent, AgentAddr: "127.0.0.1"}
+		cfg.Logger = slog.New(f.glog)
 		m, err := gossip.New(cfg)
 		if err != nil {
 			return nil, fmt.Errorf("bench: gossip member %s: %w", name, err)
 		}
-		if _, err := m.Join(f.srv.seeds()); err != nil {
+		if _, err := m.Join(f.target.seeds); err != nil {
 			m.Close()
 			return nil, fmt.Errorf("bench: gossip join %s: %w", name, err)
 		}
 		a.member = m
-	} else {
-		f.srv.static.set(name, true)
+	} else if f.target.static != nil {
+		f.target.static.set(name, true)
 	}
 	ag, err := nodeagent.New(nodeagent.Config{
 		NodeName: name, NodeIP: "127.0.0.1",
@@ -177,8 +237,32 @@ func (f *fleet) start(ctx context.Context, name string, useGossip bool) (*simAge
 	return a, nil
 }
 
+func (f *fleet) record(_ context.Context, on bool) error {
+	f.lat.on.Store(on)
+	return nil
+}
+
+func (f *fleet) report(context.Context) (fleetReport, error) {
+	return fleetReport{Dials: int(f.dials.Load()), Samples: f.lat.samples(), GossipLog: f.glog.lines()}, nil
+}
+
+func (f *fleet) kill(_ context.Context, name string) error {
+	for _, a := range f.agents {
+		if a != nil && a.name == name {
+			a.mu.Lock()
+			defer a.mu.Unlock()
+			if a.cancel == nil {
+				return fmt.Errorf("bench: agent %s is not running", name)
+			}
+			a.kill(f.target.static)
+			return nil
+		}
+	}
+	return fmt.Errorf("bench: no agent %s here", name)
+}
+
 // kill stops an agent the way a crash does: its gossip member goes silent
-// without a leave, its agent stops.
+// without a leave, its agent stops. The caller holds a.mu.
 func (a *simAgent) kill(static *staticMembership) {
 	if a.member != nil {
 		a.member.Close()
@@ -190,24 +274,31 @@ func (a *simAgent) kill(static *staticMembership) {
 	a.cancel = nil
 }
 
-// stop stops every agent still running.
+// stop stops every agent still running. It is idempotent.
 func (f *fleet) stop() {
-	var wg sync.WaitGroup
-	for _, a := range f.agents {
-		if a == nil || a.cancel == nil {
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			a.cancel()
-			<-a.done
-			a.cancel = nil
-			if a.member != nil {
-				a.member.Close()
+	f.stopOnce.Do(func() {
+		var wg sync.WaitGroup
+		for _, a := range f.agents {
+			if a == nil {
+				continue
 			}
-		}()
-	}
-	wg.Wait()
-	f.tr.CloseIdleConnections()
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				a.mu.Lock()
+				defer a.mu.Unlock()
+				if a.cancel == nil {
+					return
+				}
+				a.cancel()
+				<-a.done
+				a.cancel = nil
+				if a.member != nil {
+					a.member.Close()
+				}
+			}()
+		}
+		wg.Wait()
+		f.tr.CloseIdleConnections()
+	})
 }

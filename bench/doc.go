@@ -3,8 +3,7 @@
 // directory, the real API server over TLS on 127.0.0.1, the real controllers
 // through the in-process client) and N simulated nodes, each a real
 // nodeagent.Agent with the fake runtime talking to the API over HTTPS with
-// its own node token (the agents share one HTTP/2 connection pool). It then
-// measures what issue 7 asks for:
+// its own node token. It then measures what issue 7 asks for:
 //
 //   - EtcdFloorS: the writes convergence needed (pod creates, pod status
 //     updates, DaemonSet status updates, with the sizes observed), issued
@@ -16,9 +15,20 @@
 //   - DetectS: one simulated node killed (gossip member closed without a
 //     leave, agent stopped) → its Node Ready≠True; only with gossip, where
 //     every simulated node is a memberlist member (LAN profile on loopback);
-//   - ServerRSSMB (the whole process: server and simulated agents), heap
-//     figures, AgentRSSMB (one agent process alone, idle) and the latency of
-//     the agents' pod status updates during convergence.
+//   - FalseNotReady: Ready → not Ready transitions of the other nodes, over
+//     the whole run or a longer Soak, optionally under a CPULoad;
+//   - ServerRSSMB, heap figures, AgentRSSMB (one agent process alone, idle)
+//     and the latency of the agents' pod status updates during convergence.
+//
+// Where the agents run: with Config.AgentProcs = K > 0 they run in K child
+// processes of the same binary (Config.AgentsCommand builds one; "everynode
+// bench agents" serves it with ServeAgents), each child running its share
+// through the same code path as in process: its own HTTP/2 connection pool,
+// and a gossip member per agent. The parent drives them over a JSON-lines
+// control protocol on the children's stdin and stdout (see control.go), so
+// ServerRSSMB and the CPU seconds are the server's own and AgentsRSSMB the
+// children's. With AgentProcs = 0 the agents run in the server's process
+// (one profile covers the whole system) and share one HTTP/2 pool.
 //
 // The agents' periodic work is tuned for scale through nodeagent.Config
 // (a long NodeStatusPeriod), never skipped: every pod is created, watched,

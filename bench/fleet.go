@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
@@ -39,140 +37,17 @@ const (
 	DSName    = "bench-daemon"
 )
 
-// AgentTarget is what a separate agent process needs to reach the server.
-type AgentTarget struct {
-	// Server is the API's https URL.
-	Server string
-	// JoinToken is the cluster's join token (for "everynode agent --token").
-	JoinToken string
-	// CAPEM is the cluster CA; NodeToken the node credential of NodeName.
-	CAPEM     []byte
-	NodeToken string
-	// NodeName is the name the process must use.
-	NodeName string
-	// DataDir is an empty directory for the process.
-	DataDir string
-}
-
-// Config configures Run.
-type Config struct {
-	// Nodes is the number of simulated nodes (≥ 1).
-	Nodes int
-	// Gossip makes every simulated node a gossip member (LAN profile on
-	// loopback) feeding the node lifecycle controller; only up to
-	// MaxGossipNodes.
-	Gossip bool
-	// Rollout measures an image update with maxUnavailable 10%.
-	Rollout bool
-	// Detect measures failure detection of one killed node (needs gossip,
-	// which it turns on up to MaxGossipNodes).
-	Detect bool
-	// AgentProcess, when set, builds the command of one agent process (fake
-	// runtime) whose idle RSS is measured; nil skips agent_rss_mb.
-	AgentProcess func(ctx context.Context, t AgentTarget) *exec.Cmd
-	// Soak keeps the fleet running this long after the timed phases, so
-	// FalseNotReady covers a longer window; 0: none.
-	Soak time.Duration
-	// AgentIdle is how long that process idles first (DefaultAgentIdle).
-	AgentIdle time.Duration
-	// Dir is where the temporary directory is made; "" is os.TempDir.
-	Dir string
-	// Timeout bounds each measured phase; 0 means 10 minutes.
-	Timeout time.Duration
-	// Measuring, when set, is called with true right before the DaemonSet
-	// is created and with false after the last timed phase (rollout or
-	// detect): the window a CPU profile should cover.
-	Measuring func(on bool)
-	// HeapProfile, when set, receives a heap profile of the server alone
-	// (after the agents stopped).
-	HeapProfile io.Writer
-	// Logger; nil discards. Progress lines go to it at info level.
-	Logger *slog.Logger
-}
-
-// Result is what a run measured. Durations are seconds, sizes MiB; zero
-// means not measured (see Notes).
-type Result struct {
-	Nodes        int       `json:"nodes"`
-	Gossip       bool      `json:"gossip"`
-	Started      time.Time `json:"started"`
-	LoadAvgStart string    `json:"loadavg_start"`
-	LoadAvgEnd   string    `json:"loadavg_end"`
-
-	// RegisterS: agents started → every Node registered and Ready.
-	RegisterS  float64 `json:"register_s"`
-	EtcdFloorS float64 `json:"etcd_floor_s"`
-	ConvergeS  float64 `json:"converge_s"`
-	Ratio      float64 `json:"ratio"`
-	// ConvergeCPUS and RolloutCPUS are the CPU seconds the whole process
-	// (server and simulated agents) used during those phases: the work
-	// done, which other load on the machine does not inflate as much as the
-	// wall-clock figures.
-	ConvergeCPUS float64 `json:"converge_cpu_s"`
-	RolloutCPUS  float64 `json:"rollout_cpu_s,omitempty"`
-	// Writes are the etcd writes convergence made (replayed for the floor).
-	Writes WriteStats `json:"writes"`
-	// FalseNotReady counts Ready→not-Ready transitions of simulated nodes
-	// that were not killed, over WatchedS seconds (from all Nodes Ready to
-	// the end of the run, under the benchmark's own CPU load).
-	FalseNotReady int     `json:"false_notready"`
-	WatchedS      float64 `json:"watched_s"`
-	// Connections is how many connections the agents' shared transport
-	// opened until all Nodes were Ready; ConvergeDials how many more during
-	// convergence.
-	Connections   int `json:"connections"`
-	ConvergeDials int `json:"converge_dials"`
-	// CreatesDoneS: DaemonSet created → the last pod seen created;
-	// ReadyLagP50Ms/MaxMs: a pod seen created → seen Running and Ready.
-	CreatesDoneS  float64 `json:"creates_done_s"`
-	ReadyLagP50Ms float64 `json:"ready_lag_p50_ms"`
-	ReadyLagMaxMs float64 `json:"ready_lag_max_ms"`
-	// PodsRunning is the number of pods Running and Ready at convergence.
-	PodsRunning int `json:"pods_running"`
-
-	RolloutS float64 `json:"rollout_s,omitempty"`
-	DetectS  float64 `json:"detect_s,omitempty"`
-
-	// StatusP50Ms, StatusP99Ms: pod status updates during convergence, at
-	// the agents' HTTPS client; StatusSamples how many.
-	StatusP50Ms   float64 `json:"status_p50_ms"`
-	StatusP99Ms   float64 `json:"status_p99_ms"`
-	StatusSamples int     `json:"status_samples"`
-
-	// ServerRSSMB is this process's VmRSS after convergence: the server AND
-	// the simulated agents. HeapMB is the live Go heap then (after a collection);
-	// HeapServerIdleMB before any agent started; HeapAgentsMB the growth
-	// from starting and registering the agents (their state, their watch
-	// streams on both ends), so HeapMB − HeapAgentsMB approximates the
-	// server's share.
-	ServerRSSMB      float64 `json:"server_rss_mb"`
-	HeapMB           float64 `json:"heap_mb"`
-	HeapServerIdleMB float64 `json:"heap_server_idle_mb"`
-	HeapAgentsMB     float64 `json:"heap_agents_mb"`
-	// ServerAloneRSSMB and ServerAloneHeapMB: the process once the
-	// simulated agents were stopped and their memory returned to the OS —
-	// the server with every Node and pod still stored and cached, but
-	// without the agents' connections (a lower bound for the server).
-	ServerAloneRSSMB  float64 `json:"server_alone_rss_mb"`
-	ServerAloneHeapMB float64 `json:"server_alone_heap_mb"`
-	// ServerAloneFileMB is the file-backed part of ServerAloneRSSMB: the
-	// executable's pages and etcd's memory-mapped database.
-	ServerAloneFileMB float64 `json:"server_alone_file_mb"`
-	// AgentRSSMB is one agent process alone, idle (fake runtime).
-	AgentRSSMB float64 `json:"agent_rss_mb,omitempty"`
-	// AgentAnonMB is its anonymous memory (heap, stacks: its own) and
-	// AgentFileMB its resident pages of the executable (the one everynode
-	// binary, server included; shared with other processes running it).
-	AgentAnonMB float64 `json:"agent_anon_mb,omitempty"`
-	AgentFileMB float64 `json:"agent_file_mb,omitempty"`
-
-	Notes []string `json:"notes,omitempty"`
-}
-
-// Run runs the fleet benchmark. It cleans up everything it started.
+// Run runs the fleet benchmark. It cleans up everything it started,
+// child processes included, on every return.
 func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	if cfg.Nodes < 1 {
 		return nil, errors.New("bench: Nodes must be at least 1")
+	}
+	if cfg.AgentProcs < 0 || cfg.CPULoad < 0 {
+		return nil, errors.New("bench: AgentProcs and CPULoad must not be negative")
+	}
+	if (cfg.AgentProcs > 0 || cfg.CPULoad > 0) && cfg.AgentsCommand == nil {
+		return nil, errors.New("bench: AgentProcs and CPULoad need AgentsCommand")
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -184,17 +59,27 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	if cfg.AgentIdle <= 0 {
 		cfg.AgentIdle = DefaultAgentIdle
 	}
-	res = &Result{Nodes: cfg.Nodes, Started: time.Now().UTC(), LoadAvgStart: loadAvg()}
+	procs := min(cfg.AgentProcs, cfg.Nodes)
+	res = &Result{Nodes: cfg.Nodes, Started: time.Now().UTC(), LoadAvgStart: loadAvg(), AgentProcs: procs,
+		CPULoad: cfg.CPULoad, SoakS: cfg.Soak.Seconds()}
 	useGossip := cfg.Gossip || cfg.Detect
 	if useGossip && cfg.Nodes > MaxGossipNodes {
 		useGossip = false
-		res.Notes = append(res.Notes, fmt.Sprintf("gossip and detect_s are measured only up to %d nodes: that many memberlist members in one process on shared cores measure the process, not the protocol", MaxGossipNodes))
+		res.Notes = append(res.Notes, fmt.Sprintf("gossip and detect_s are measured only up to %d nodes: that many memberlist members on shared cores measure the scheduler, not the protocol", MaxGossipNodes))
 	}
 	res.Gossip = useGossip
-	if !useGossip {
-		res.Notes = append(res.Notes, "without gossip, node liveness for the node lifecycle controller comes from the agents this process runs")
+	switch {
+	case procs > 0:
+		res.Notes = append(res.Notes, "with agent processes, server_rss_mb, the heap and the CPU seconds are the benchmark process alone: the server and the harness (its watches on Nodes and pods, in-process clients); agents_rss_mb sums the agent processes")
+		if !useGossip {
+			res.Notes = append(res.Notes, "without gossip, node liveness for the node lifecycle controller comes from the agent processes: an agent is alive while its process runs it")
+		}
+	default:
+		res.Notes = append(res.Notes, "server and simulated agents share one process: server_rss_mb includes the agents; heap_mb - heap_agents_mb estimates the server's share")
+		if !useGossip {
+			res.Notes = append(res.Notes, "without gossip, node liveness for the node lifecycle controller comes from the agents this process runs")
+		}
 	}
-	res.Notes = append(res.Notes, "server and simulated agents share one process: server_rss_mb includes the agents; heap_mb - heap_agents_mb estimates the server's share")
 
 	dir, err := os.MkdirTemp(cfg.Dir, "everynode-bench-")
 	if err != nil {
@@ -214,13 +99,33 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	}()
 	res.HeapServerIdleMB = heapMB()
 
+	names := nodeNames(cfg.Nodes)
+	victim := names[len(names)/2]
+	var fl agentFleet
+	var pf *procFleet
+	agentsCPU := func() float64 { return 0 }
+	if procs > 0 {
+		log.Info("starting agent processes", "processes", procs)
+		if pf, err = spawnProcFleet(ctx, cfg.AgentsCommand, procs, srv.static, cfg.Timeout, log.With("side", "agent")); err != nil {
+			return nil, err
+		}
+		defer pf.stop()
+		fl, agentsCPU = pf, pf.cpuSeconds
+	}
 	log.Info("starting agents", "nodes", cfg.Nodes)
 	t0 := time.Now()
-	fl, err := startFleet(ctx, srv, cfg.Nodes, useGossip, log.With("side", "agent"))
+	if pf != nil {
+		err = pf.start(ctx, srv.fleetTarget(), names)
+	} else {
+		var f *fleet
+		if f, err = startFleet(ctx, srv.fleetTarget(), names, log.With("side", "agent")); err == nil {
+			defer f.stop()
+			fl = f
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
-	defer fl.stop()
 	if err := waitNodesReady(ctx, srv.local, cfg.Nodes, cfg.Timeout); err != nil {
 		return nil, err
 	}
@@ -239,35 +144,54 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	}
 	res.HeapAgentsMB = heapMB() - res.HeapServerIdleMB
 	log.Info("nodes ready", "nodes", cfg.Nodes, "s", res.RegisterS)
-
-	res.Connections = int(fl.dials.Load())
-	watchStart := time.Now()
-	falseCtx, stopFalse := context.WithCancel(ctx)
-	falseDone := make(chan int, 1)
-	go func() { falseDone <- countNotReady(falseCtx, srv.local, fl.agents[len(fl.agents)/2].name) }()
-	var falseOnce sync.Once
-	endFalseWatch := func() {
-		falseOnce.Do(func() {
-			stopFalse()
-			n := <-falseDone
-			if res != nil {
-				res.FalseNotReady = n
-				res.WatchedS = time.Since(watchStart).Seconds()
-			}
-		})
+	rep, err := fl.report(ctx)
+	if err != nil {
+		return nil, err
 	}
-	defer endFalseWatch()
+	res.Connections = rep.Dials
+
+	var load *procChild
+	if cfg.CPULoad > 0 {
+		log.Info("starting the CPU load", "goroutines", cfg.CPULoad)
+		if load, err = startCPULoad(ctx, cfg.AgentsCommand, cfg.CPULoad, cfg.Timeout, log); err != nil {
+			return nil, err
+		}
+		defer load.stop()
+	}
+	watch := startNotReadyWatch(ctx, srv, victim)
+	endWatch := func() {
+		if watch != nil {
+			watch.end(res)
+			watch = nil
+		}
+	}
+	defer endWatch()
+
 	if cfg.Measuring != nil {
 		cfg.Measuring(true)
 	}
-	cpu0 := cpuSeconds()
+	cpu0, acpu0 := cpuSeconds(), agentsCPU()
 	if err := converge(ctx, srv, fl, cfg, res, log); err != nil {
 		return nil, err
 	}
-	res.ConvergeCPUS = cpuSeconds() - cpu0
-	res.ConvergeDials = int(fl.dials.Load()) - res.Connections
+	res.ConvergeCPUS, res.AgentsConvergeCPUS = cpuSeconds()-cpu0, agentsCPU()-acpu0
+	if rep, err = fl.report(ctx); err != nil {
+		return nil, err
+	}
+	res.ConvergeDials = rep.Dials - res.Connections
 	res.ServerRSSMB = rssMB(os.Getpid())
+	if kb, err := procStatusKB(os.Getpid(), "RssFile"); err == nil {
+		res.ServerFileMB = float64(kb) / 1024
+	}
 	res.HeapMB = heapMB()
+	res.ServerGoMB = goHeldMB()
+	if pf != nil {
+		m, err := pf.mem()
+		if err != nil {
+			return nil, err
+		}
+		res.AgentsRSSMB, res.AgentsAnonMB = m.rss, m.anon
+	}
 
 	log.Info("etcd floor: replaying the convergence writes straight to etcd", "writes", res.Writes.Total)
 	floor, err := srv.replay(ctx, res.Writes.seqs)
@@ -281,23 +205,27 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	log.Info("floor", "s", res.EtcdFloorS, "ratio", res.Ratio)
 	// Every pod status write of convergence has answered by now; the floor
 	// made none.
-	fl.lat.on.Store(false)
-	p50, p99, n := fl.lat.quantiles()
-	res.StatusP50Ms, res.StatusP99Ms, res.StatusSamples = p50, p99, n
+	if err := fl.record(ctx, false); err != nil {
+		return nil, err
+	}
+	if rep, err = fl.report(ctx); err != nil {
+		return nil, err
+	}
+	res.StatusP50Ms, res.StatusP99Ms, res.StatusSamples = quantiles(rep.Samples)
 
 	if cfg.Rollout {
-		cpu0 := cpuSeconds()
+		cpu0, acpu0 := cpuSeconds(), agentsCPU()
 		if res.RolloutS, err = rollout(ctx, srv, cfg.Nodes, cfg.Timeout); err != nil {
 			return nil, err
 		}
-		res.RolloutCPUS = cpuSeconds() - cpu0
+		res.RolloutCPUS, res.AgentsRolloutCPUS = cpuSeconds()-cpu0, agentsCPU()-acpu0
 		log.Info("rolled out", "s", res.RolloutS)
 	}
 	if cfg.Detect && useGossip {
-		if res.DetectS, err = detect(ctx, srv, fl, cfg.Timeout); err != nil {
+		if res.DetectS, res.DetectMemberS, err = detect(ctx, srv, fl, victim, cfg.Timeout); err != nil {
 			return nil, err
 		}
-		log.Info("detected", "s", res.DetectS)
+		log.Info("detected", "s", res.DetectS, "member_dead_s", res.DetectMemberS)
 	}
 	if cfg.Measuring != nil {
 		cfg.Measuring(false)
@@ -319,8 +247,22 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		log.Info("agent process", "rss_mb", res.AgentRSSMB)
 	}
 	// Stopping the agents below makes their Nodes not Ready: stop
-	// counting first.
-	endFalseWatch()
+	// counting first, then the CPU load.
+	endWatch()
+	if useGossip {
+		if rep, err = fl.report(ctx); err != nil {
+			return nil, err
+		}
+		res.GossipLog = append(srv.glog.lines(), rep.GossipLog...)
+		if len(res.GossipLog) > maxResultGossipLines {
+			n := len(res.GossipLog) - maxResultGossipLines
+			res.GossipLog = append(res.GossipLog[:maxResultGossipLines], fmt.Sprintf("(%d more lines left out)", n))
+		}
+	}
+	if load != nil {
+		load.stop()
+		res.CPULoadCPUS = load.cpuSeconds()
+	}
 	// The server alone: stop the simulated agents, give their memory back,
 	// and read the process again. The N Nodes and pods stay in etcd and in
 	// the watch caches; the agents' connections and watch streams are gone.
@@ -472,24 +414,104 @@ func waitMembers(ctx context.Context, srv *server, n int, timeout time.Duration)
 	}
 }
 
+// maxResultGossipLines bounds Result.GossipLog.
+const maxResultGossipLines = 5000
+
+// maxNotReadyEvents bounds Result.FalseNotReadyEvents.
+const maxNotReadyEvents = 200
+
+// notReadyWatch counts false NotReady (see Result.FalseNotReady) and samples
+// the load average while it runs.
+type notReadyWatch struct {
+	start  time.Time
+	cancel context.CancelFunc
+	done   chan struct{}
+	// Set by the goroutines before done closes.
+	count   int
+	events  []string
+	maxLoad float64
+}
+
+// startNotReadyWatch watches the simulated Nodes other than victim until end.
+func startNotReadyWatch(ctx context.Context, srv *server, victim string) *notReadyWatch {
+	ctx, cancel := context.WithCancel(ctx)
+	w := &notReadyWatch{start: time.Now(), cancel: cancel, done: make(chan struct{})}
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		w.count, w.events = countNotReady(ctx, srv.local, victim, w.start)
+	}()
+	go func() {
+		defer wg.Done()
+		w.maxLoad = sampleLoad(ctx, 5*time.Second)
+	}()
+	go func() { wg.Wait(); close(w.done) }()
+	return w
+}
+
+// end stops the watch and, when res is not nil, records what it saw.
+func (w *notReadyWatch) end(res *Result) {
+	w.cancel()
+	<-w.done
+	if res != nil {
+		res.FalseNotReady, res.FalseNotReadyEvents, res.LoadAvgMax1 = w.count, w.events, w.maxLoad
+		res.WatchedS = time.Since(w.start).Seconds()
+	}
+}
+
+// sampleLoad returns the highest 1-minute load average seen every period
+// until ctx ends.
+func sampleLoad(ctx context.Context, period time.Duration) float64 {
+	highest := loadAvg1()
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return max(highest, loadAvg1())
+		case <-t.C:
+			highest = max(highest, loadAvg1())
+		}
+	}
+}
+
 // countNotReady counts, until ctx ends, how often a simulated Node other
-// than victim went from Ready to not Ready.
-func countNotReady(ctx context.Context, c client.Interface, victim string) int {
+// than victim went from Ready to not Ready, and lists those transitions and
+// the recoveries (seconds since start, Ready condition's status and reason).
+func countNotReady(ctx context.Context, c client.Interface, victim string, start time.Time) (int, []string) {
 	ready := map[string]bool{}
 	n := 0
+	var events []string
+	note := func(format string, a ...any) {
+		if len(events) < maxNotReadyEvents {
+			events = append(events, fmt.Sprintf("+%.1fs ", time.Since(start).Seconds())+fmt.Sprintf(format, a...))
+		}
+	}
 	_ = watchUntil(ctx, c, resources.Nodes, "", client.ListOptions{LabelSelector: NodeLabel + "=true"}, 24*time.Hour, nil, func(ev watch.Event) (bool, error) {
 		node, ok := ev.Object.(*corev1.Node)
 		if !ok || node.Name == victim {
 			return false, nil
 		}
 		now := ev.Type != watch.Deleted && nodeReady(node)
-		if was, seen := ready[node.Name]; seen && was && !now {
+		was, seen := ready[node.Name]
+		switch {
+		case seen && was && !now:
 			n++
+			status, reason, msg := "deleted", "", ""
+			for _, c := range node.Status.Conditions {
+				if c.Type == corev1.NodeReady && ev.Type != watch.Deleted {
+					status, reason, msg = string(c.Status), c.Reason, c.Message
+				}
+			}
+			note("%s Ready → %s (%s: %s)", node.Name, status, reason, msg)
+		case seen && !was && now:
+			note("%s Ready again", node.Name)
 		}
 		ready[node.Name] = now
 		return false, nil
 	})
-	return n
+	return n, events
 }
 
 // waitNodesReady waits until n simulated Nodes are Ready.
@@ -512,6 +534,14 @@ func waitNodesReady(ctx context.Context, c client.Interface, n int, timeout time
 		}
 		return count >= n, nil
 	})
+}
+
+// goHeldMB is the memory the Go runtime holds from the OS (heap spans in
+// use or kept, stacks, runtime structures), less what it returned.
+func goHeldMB() float64 {
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return float64(m.Sys-m.HeapReleased) / (1 << 20)
 }
 
 // heapMB is the live Go heap right after a collection (HeapAlloc then

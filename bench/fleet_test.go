@@ -3,9 +3,12 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -15,7 +18,29 @@ import (
 // separate agent process.
 const agentEnv = "EVERYNODE_BENCH_AGENT_PROCESS"
 
+// childEnv makes the test binary a child of the control protocol: "agents"
+// serves real agents (ServeAgents, as "everynode bench agents" does),
+// "fake" fake fleets.
+const childEnv = "EVERYNODE_BENCH_CHILD"
+
 func TestMain(m *testing.M) {
+	switch os.Getenv(childEnv) {
+	case "":
+	case "agents":
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+		err := ServeAgents(ctx, os.Stdin, os.Stdout, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+		stop()
+		if err != nil {
+			os.Exit(1)
+		}
+		os.Exit(0)
+	case "fake":
+		err := serveControl(context.Background(), os.Stdin, os.Stdout, func(_ context.Context, spec childSpec) (agentFleet, error) { return fakeStart(spec) })
+		if err != nil {
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	if spec := os.Getenv(agentEnv); spec != "" {
 		var t AgentTarget
 		if err := json.Unmarshal([]byte(spec), &t); err != nil {
@@ -66,6 +91,7 @@ func TestRunSmallFleet(t *testing.T) {
 		{"pod status updates seen", res.Writes.PodUpdates >= nodes},
 		{"rollout_s > 0", res.RolloutS > 0},
 		{"detect_s > 0", res.DetectS > 0},
+		{"detect_member_s > 0", res.DetectMemberS > 0},
 		{"gossip on", res.Gossip},
 		{"status latency sampled", res.StatusSamples > 0 && res.StatusP50Ms > 0 && res.StatusP99Ms >= res.StatusP50Ms},
 		{"server RSS read", res.ServerRSSMB > 0},
@@ -77,5 +103,73 @@ func TestRunSmallFleet(t *testing.T) {
 		if !c.ok {
 			t.Errorf("%s: not so in %+v", c.name, *res)
 		}
+	}
+}
+
+// agentsChildCommand re-runs the test binary as a child serving real
+// simulated agents (see TestMain).
+func agentsChildCommand(ctx context.Context) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"=agents")
+	cmd.Stderr = os.Stderr
+	return cmd
+}
+
+func TestRunSmallFleetAgentProcs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a server, agents with gossip in 2 child processes and a CPU load child")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	const nodes = 4
+	res, err := Run(ctx, Config{
+		Nodes: nodes, Gossip: true, Rollout: true, Detect: true,
+		AgentProcs: 2, AgentsCommand: agentsChildCommand, CPULoad: 1,
+		Dir: t.TempDir(), Timeout: time.Minute,
+	})
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	t.Logf("%+v", *res)
+	victim := nodeName(nodes / 2)
+	checks := []struct {
+		name string
+		ok   bool
+	}{
+		{"every pod Running and Ready", res.PodsRunning == nodes},
+		{"two agent processes", res.AgentProcs == 2},
+		{"each child dialed the server", res.Connections >= 2},
+		{"rollout_s > 0", res.RolloutS > 0},
+		{"detect_s > 0", res.DetectS > 0},
+		{"detect_member_s > 0", res.DetectMemberS > 0},
+		{"status latency sampled in the children", res.StatusSamples >= nodes && res.StatusP50Ms > 0},
+		{"server RSS read", res.ServerRSSMB > 0 && res.ServerFileMB > 0 && res.ServerFileMB < res.ServerRSSMB && res.ServerGoMB > 0},
+		{"agents' RSS read", res.AgentsRSSMB > 0 && res.AgentsAnonMB > 0 && res.AgentsAnonMB <= res.AgentsRSSMB},
+		{"agents' CPU read", res.AgentsConvergeCPUS > 0},
+		{"CPU load ran", res.CPULoad == 1 && res.CPULoadCPUS > 0},
+		{"load sampled", res.LoadAvgMax1 > 0 || res.LoadAvgStart == "0.00 0.00 0.00"},
+		{"the victim's death in the gossip log", slices.ContainsFunc(res.GossipLog, func(l string) bool { return strings.Contains(l, victim) })},
+	}
+	for _, c := range checks {
+		if !c.ok {
+			t.Errorf("%s: not so in %+v", c.name, *res)
+		}
+	}
+}
+
+func TestRunSmallFleetAgentProcsStatic(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a server and 3 agent child processes")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	const nodes = 3
+	// More processes than nodes: one agent each.
+	res, err := Run(ctx, Config{Nodes: nodes, AgentProcs: 5, AgentsCommand: agentsChildCommand, Dir: t.TempDir(), Timeout: time.Minute})
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if res.PodsRunning != nodes || res.AgentProcs != nodes || res.Gossip || res.FalseNotReady != 0 || res.Connections < nodes {
+		t.Errorf("result %+v: want %d pods Running, %d processes, no gossip, no false NotReady, a connection per process", *res, nodes, nodes)
 	}
 }

@@ -19,6 +19,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/everynode/everynode/client"
+	"github.com/everynode/everynode/gossip"
 	"github.com/everynode/everynode/resources"
 )
 
@@ -50,7 +51,7 @@ type WriteStats struct {
 
 // converge creates the DaemonSet and waits until every simulated node's pod
 // is Running and Ready, then collects the etcd writes it took.
-func converge(ctx context.Context, srv *server, fl *fleet, cfg Config, res *Result, log *slog.Logger) error {
+func converge(ctx context.Context, srv *server, fl agentFleet, cfg Config, res *Result, log *slog.Logger) error {
 	etcd := srv.st.Client()
 	before, err := etcd.Get(ctx, "/", clientv3.WithCountOnly())
 	if err != nil {
@@ -61,7 +62,9 @@ func converge(ctx context.Context, srv *server, fl *fleet, cfg Config, res *Resu
 	var t0, lastCreate time.Time
 	seen := map[string]time.Time{}
 	var lags []time.Duration
-	fl.lat.on.Store(true)
+	if err := fl.record(ctx, true); err != nil {
+		return err
+	}
 	err = watchUntil(ctx, srv.local, resources.Pods, Namespace, client.ListOptions{LabelSelector: "app=" + DSName}, cfg.Timeout,
 		func() error {
 			t0 = time.Now()
@@ -281,15 +284,27 @@ func rollout(ctx context.Context, srv *server, n int, timeout time.Duration) (fl
 	return time.Since(t0).Seconds(), nil
 }
 
-// detect kills one simulated node (its gossip member closed without a
-// leave, its agent stopped) and waits until its Node is Ready≠True.
-func detect(ctx context.Context, srv *server, fl *fleet, timeout time.Duration) (float64, error) {
-	victim := fl.agents[len(fl.agents)/2]
+// detect kills the simulated node victim (its gossip member closed without
+// a leave, its agent stopped) and waits until its Node is Ready≠True. It
+// returns that time and, when the server has a gossip member, the time until
+// that member listed the victim Dead (failure detection alone, before the
+// node lifecycle controller's write).
+func detect(ctx context.Context, srv *server, fl agentFleet, victim string, timeout time.Duration) (node, member float64, err error) {
 	var t0 time.Time
-	err := watchUntil(ctx, srv.local, resources.Nodes, "", client.ListOptions{FieldSelector: "metadata.name=" + victim.name}, timeout,
+	memberDone := make(chan float64, 1)
+	pctx, stopPoll := context.WithCancel(ctx)
+	defer stopPoll()
+	err = watchUntil(ctx, srv.local, resources.Nodes, "", client.ListOptions{FieldSelector: "metadata.name=" + victim}, timeout,
 		func() error {
 			t0 = time.Now()
-			victim.kill(srv.static)
+			if err := fl.kill(ctx, victim); err != nil {
+				return err
+			}
+			if srv.member != nil {
+				go func() { memberDone <- waitMemberDead(pctx, srv.member, victim, t0) }()
+			} else {
+				memberDone <- 0
+			}
 			return nil
 		},
 		func(ev watch.Event) (bool, error) {
@@ -297,7 +312,33 @@ func detect(ctx context.Context, srv *server, fl *fleet, timeout time.Duration) 
 			return ok && ev.Type != watch.Deleted && !nodeReady(node), nil
 		})
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	return time.Since(t0).Seconds(), nil
+	node = time.Since(t0).Seconds()
+	// The member saw it first or sees it soon (the Node went NotReady
+	// because of it): give it the same bound.
+	select {
+	case member = <-memberDone:
+	case <-time.After(timeout):
+	}
+	return node, member, nil
+}
+
+// waitMemberDead polls m every 10 ms until it lists name neither alive nor
+// suspect, and returns the seconds since t0; 0 if ctx ends first.
+func waitMemberDead(ctx context.Context, m *gossip.Member, name string, t0 time.Time) float64 {
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for {
+		for _, mi := range m.Members() {
+			if mi.Name == name && (mi.State == gossip.Dead || mi.State == gossip.Left) {
+				return time.Since(t0).Seconds()
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return 0
+		case <-t.C:
+		}
+	}
 }

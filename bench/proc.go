@@ -59,6 +59,45 @@ func cpuSeconds() float64 {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 }
 
+// userHZ is the unit of /proc/<pid>/stat's CPU times (USER_HZ, 100 on
+// every Linux architecture Go supports).
+const userHZ = 100
+
+// procCPUSeconds is the CPU time (user + system) process pid used so far;
+// 0 if it cannot be read.
+func procCPUSeconds(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The command name (field 2) may hold spaces: count from after it.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 13 {
+		return 0
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0
+	}
+	return float64(utime+stime) / userHZ
+}
+
+// loadAvg1 is the 1-minute load average; 0 if it cannot be read.
+func loadAvg1() float64 {
+	f := strings.Fields(loadAvg())
+	if len(f) == 0 {
+		return 0
+	}
+	v, _ := strconv.ParseFloat(f[0], 64)
+	return v
+}
+
 // loadAvg is the first three fields of /proc/loadavg.
 func loadAvg() string {
 	b, err := os.ReadFile("/proc/loadavg")

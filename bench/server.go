@@ -36,6 +36,8 @@ type server struct {
 	member  *gossip.Member   // nil without gossip
 	members nodelifecycle.Membership
 	static  *staticMembership // nil with gossip
+	// glog keeps the server member's notable gossip lines (nil without).
+	glog *gossipRecorder
 
 	stop func() error
 }
@@ -75,7 +77,8 @@ func startServer(ctx context.Context, dir string, useGossip bool, log *slog.Logg
 		cfg := gossip.DefaultLANConfig()
 		cfg.BindAddr, cfg.Name, cfg.Key = "127.0.0.1:0", "bench-server", s.cluster.GossipKey()
 		cfg.Meta = gossip.Meta{Role: gossip.RoleServer, APIAddr: s.url}
-		cfg.Logger = log.With("component", "gossip")
+		s.glog = newGossipRecorder(log.With("component", "gossip").Handler())
+		cfg.Logger = slog.New(s.glog)
 		if s.member, err = gossip.New(cfg); err != nil {
 			ln.Close()
 			return nil, fmt.Errorf("bench: gossip: %w", err)
@@ -131,6 +134,15 @@ func startServer(ctx context.Context, dir string, useGossip bool, log *slog.Logg
 	return s, nil
 }
 
+// fleetTarget is what the simulated agents need to reach this server.
+func (s *server) fleetTarget() fleetTarget {
+	t := fleetTarget{url: s.url, caPEM: s.cluster.CAPEM(), token: s.cluster.NodeToken, static: s.static}
+	if s.member != nil {
+		t.gossipKey, t.seeds = s.cluster.GossipKey(), s.seeds()
+	}
+	return t
+}
+
 func (s *server) seeds() []string {
 	if s.member == nil {
 		return nil
@@ -167,9 +179,9 @@ func (s *server) transport(dials *atomic.Int64) (*http.Transport, error) {
 // it has one dial in flight at a time and opens another connection only when
 // the open ones carry as many streams as the server allows. dials counts its
 // connections.
-func (s *server) agentTransport(dials *atomic.Int64) (*http2.Transport, error) {
+func agentTransport(caPEM []byte, dials *atomic.Int64) (*http2.Transport, error) {
 	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(s.cluster.CAPEM()) {
+	if !pool.AppendCertsFromPEM(caPEM) {
 		return nil, errors.New("bench: CA holds no certificate")
 	}
 	nd := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
