@@ -41,6 +41,12 @@ const (
 	reasonAgentReady = "AgentReady"
 )
 
+// reasonMemberLeft is the reason the node lifecycle controller
+// (controller/nodelifecycle.ReasonMemberLeft) writes on Ready=False when the
+// node's gossip member left: with Ready=Unknown, the verdicts of membership
+// that the agent's heartbeat does not overrule.
+const reasonMemberLeft = "MemberLeft"
+
 const (
 	// DefaultNodeStatusPeriod is how often the agent checks its Node and
 	// posts its status with a fresh heartbeat (kubelet's
@@ -234,7 +240,13 @@ func sortedKeys(m map[string]string) []string {
 }
 
 // setNodeStatus fills in the facts the agent reports and a Ready condition
-// with a fresh heartbeat; conditions others set are kept.
+// with a fresh heartbeat; conditions others set are kept. The agent reports
+// Ready=True except over a verdict of membership (Unknown, or False because
+// the member left): then it only refreshes the heartbeat and leaves the
+// status to the node lifecycle controller, which sets it True once gossip
+// sees the member alive again. Asserting True there would race gossip: an
+// agent that returns registers before the server's gossip has learnt it is
+// back, and the controller would flip the Node back to its old verdict.
 func (a *Agent) setNodeStatus(s *corev1.NodeStatus, now time.Time) {
 	capacity := a.facts.capacity.DeepCopy()
 	if capacity == nil {
@@ -277,7 +289,31 @@ func (a *Agent) setNodeStatus(s *corev1.NodeStatus, now time.Time) {
 			Message: "everynode agent is posting ready status"},
 	} {
 		c.LastHeartbeatTime, c.LastTransitionTime = ts, ts
+		if c.Type == corev1.NodeReady && membershipVerdict(s) {
+			refreshHeartbeat(s, c.Type, ts)
+			continue
+		}
 		setNodeCondition(s, c)
+	}
+}
+
+// membershipVerdict reports whether s's Ready condition is one the node
+// lifecycle controller set from membership (see setNodeStatus).
+func membershipVerdict(s *corev1.NodeStatus) bool {
+	for _, c := range s.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionUnknown || (c.Status == corev1.ConditionFalse && c.Reason == reasonMemberLeft)
+		}
+	}
+	return false
+}
+
+// refreshHeartbeat sets the heartbeat time of s's condition of type t.
+func refreshHeartbeat(s *corev1.NodeStatus, t corev1.NodeConditionType, ts metav1.Time) {
+	for i := range s.Conditions {
+		if s.Conditions[i].Type == t {
+			s.Conditions[i].LastHeartbeatTime = ts
+		}
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	clientfake "github.com/everynode/everynode/client/fake"
+	"github.com/everynode/everynode/controller/nodelifecycle"
 	rtfake "github.com/everynode/everynode/nodeagent/runtime/fake"
 	"github.com/everynode/everynode/resources"
 )
@@ -159,6 +160,53 @@ func TestRegisterNode(t *testing.T) {
 	}
 	if z := e.node().Labels["zone"]; z != "west" {
 		t.Errorf("zone = %q after a heartbeat, want kubectl's west", z)
+	}
+}
+
+// TestHeartbeatKeepsMembershipVerdict: over Ready=Unknown or Ready=False
+// (MemberLeft), which node lifecycle set from gossip, the agent only
+// refreshes the heartbeat; over any other Ready=False it reports True, as
+// kubelet does.
+func TestHeartbeatKeepsMembershipVerdict(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		status   corev1.ConditionStatus
+		reason   string
+		wantKept bool
+	}{
+		{corev1.ConditionUnknown, nodelifecycle.ReasonStatusUnknown, true},
+		{corev1.ConditionFalse, nodelifecycle.ReasonMemberLeft, true},
+		{corev1.ConditionFalse, "SetByHand", false},
+		{corev1.ConditionTrue, nodelifecycle.ReasonMemberAlive, false},
+	} {
+		t.Run(string(tc.status)+"/"+tc.reason, func(t *testing.T) {
+			e := newEnv(t, rtfake.Config{})
+			if err := e.agent.syncNode(ctx); err != nil {
+				t.Fatal(err)
+			}
+			n := e.node()
+			verdict := *nodeCondition(n, corev1.NodeReady)
+			verdict.Status, verdict.Reason, verdict.Message = tc.status, tc.reason, "set by the test"
+			*nodeCondition(n, corev1.NodeReady) = verdict
+			if _, err := e.api.UpdateStatus(ctx, n, clientWrite()); err != nil {
+				t.Fatal(err)
+			}
+			e.clock.Step(DefaultNodeStatusPeriod)
+			if err := e.agent.syncNode(ctx); err != nil {
+				t.Fatal(err)
+			}
+			got := nodeCondition(e.node(), corev1.NodeReady)
+			if !got.LastHeartbeatTime.Time.Equal(e.clock.Now().Truncate(time.Second)) {
+				t.Errorf("heartbeat %v not refreshed to %v", got.LastHeartbeatTime, e.clock.Now())
+			}
+			kept := got.Status == tc.status && got.Reason == tc.reason && got.Message == verdict.Message
+			if kept != tc.wantKept {
+				t.Errorf("Ready after a heartbeat: %s %s %q; want kept=%v", got.Status, got.Reason, got.Message, tc.wantKept)
+			}
+			if !kept && (got.Status != corev1.ConditionTrue || got.Reason != reasonAgentReady) {
+				t.Errorf("Ready after a heartbeat: %s %s, want True %s", got.Status, got.Reason, reasonAgentReady)
+			}
+		})
 	}
 }
 
