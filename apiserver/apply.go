@@ -229,7 +229,7 @@ func (s *Server) applyObject(ctx context.Context, c call, applied *unstructured.
 		next.SetResourceVersion(cur.GetResourceVersion())
 		return s.prepareUpdate(c, next, cur)
 	}
-	out, err := s.applyUpdate(ctx, c, mutate, dry)
+	out, err := s.applyUpdate(ctx, c, "patch", mutate, dry)
 	return out, false, err
 }
 

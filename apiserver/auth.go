@@ -60,6 +60,18 @@ type Authorizer interface {
 	Authorize(ctx context.Context, attrs Attributes) error
 }
 
+// UpdateAdmitter is what an Authorizer may add when its decision depends on
+// the stored object an update or patch replaces, as Kubernetes' admission
+// plugins get the old object (NodeRestriction checks the pod's
+// spec.nodeName there). After Authorize allowed the request, the server
+// calls AdmitUpdate inside the write, with the very object the write
+// replaces: no read of its own, no window between check and write. It runs
+// on every attempt of the write (a conflict retries with the newer object)
+// and for dry runs; old is read-only. Errors are treated as Authorize's.
+type UpdateAdmitter interface {
+	AdmitUpdate(ctx context.Context, attrs Attributes, old resources.Object) error
+}
+
 type userKey struct{}
 
 // WithUser returns ctx carrying the authenticated user.
@@ -119,7 +131,22 @@ func (s *Server) authorize(ctx context.Context, c call, verb string) error {
 	if c.user.InGroup(mastersGroup) || s.authz == nil {
 		return nil
 	}
-	err := s.authz.Authorize(ctx, c.attrs(verb))
+	return forbiddenOr(c, s.authz.Authorize(ctx, c.attrs(verb)))
+}
+
+// admitUpdate runs the authorizer's UpdateAdmitter, if it has one, against
+// the object an update or patch (verb) of c replaces.
+func (s *Server) admitUpdate(ctx context.Context, c call, verb string, old resources.Object) error {
+	admitter, ok := s.authz.(UpdateAdmitter)
+	if !ok || c.user.InGroup(mastersGroup) {
+		return nil
+	}
+	return forbiddenOr(c, admitter.AdmitUpdate(ctx, c.attrs(verb), old))
+}
+
+// forbiddenOr returns err as the authorizer gave it when it carries a
+// status, and as 403 Forbidden otherwise; nil stays nil.
+func forbiddenOr(c call, err error) error {
 	if err == nil {
 		return nil
 	}

@@ -11,6 +11,8 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/everynode/everynode/resources"
 )
 
 // TestCRUDRoundTrip creates, reads, lists, updates, patches (three ways) and
@@ -368,6 +370,81 @@ func TestAuthorizer(t *testing.T) {
 	if st := r.status(t); r.code != http.StatusForbidden || st.Reason != metav1.StatusReasonForbidden {
 		t.Fatalf("forbidden delete: %d %s", r.code, r.body)
 	}
+}
+
+// TestUpdateAdmitter: an authorizer's AdmitUpdate sees, inside every kind of
+// update (PUT, merge patch, server-side apply, dry run), the stored object
+// the write replaces; its refusal is a 403 that changes nothing; masters
+// bypass it.
+func TestUpdateAdmitter(t *testing.T) {
+	admitter := &lockAdmitter{}
+	e := newEnv(t, func(c *Config) { c.Authorizer = admitter })
+	e.createDS(newDS("agent"))
+	path := dsPath + "/agent"
+	stored := func() *appsv1.DaemonSet {
+		var out appsv1.DaemonSet
+		e.get(path).must(t, http.StatusOK, &out)
+		return &out
+	}
+	put := func(labels map[string]string) req {
+		cur := stored()
+		cur.Labels = labels
+		return req{method: "PUT", path: path, body: toJSON(t, cur), token: userToken}
+	}
+	writes := []struct {
+		what, verb string
+		r          func() req
+	}{
+		{"put", "update", func() req { return put(map[string]string{"app": "agent", "w": "put"}) }},
+		{"merge patch", "patch", func() req {
+			return req{method: "PATCH", path: path, contentType: "application/merge-patch+json", body: `{"metadata":{"labels":{"w":"patch"}}}`, token: userToken}
+		}},
+		{"apply", "patch", func() req {
+			return req{method: "PATCH", path: path + "?fieldManager=t", contentType: applyType, body: appliedDS("busybox:1.37"), token: userToken}
+		}},
+		{"dry-run patch", "patch", func() req {
+			return req{method: "PATCH", path: path + "?dryRun=All", contentType: "application/merge-patch+json", body: `{"metadata":{"labels":{"w":"dry"}}}`, token: userToken}
+		}},
+	}
+	for _, w := range writes {
+		before := stored()
+		admitter.seenRV, admitter.locked = "", false
+		e.do(w.r()).must(t, http.StatusOK, nil)
+		if admitter.seenRV != before.ResourceVersion || admitter.seenVerb != w.verb {
+			t.Errorf("%s: admitted %s of resourceVersion %q, want the stored %q", w.what, admitter.seenVerb, admitter.seenRV, before.ResourceVersion)
+		}
+		before = stored()
+		admitter.locked = true
+		r := e.do(w.r())
+		if st := r.status(t); r.code != http.StatusForbidden || st.Reason != metav1.StatusReasonForbidden || !strings.Contains(st.Message, "locked") {
+			t.Errorf("%s while locked: %d %s, want 403 naming the lock", w.what, r.code, r.body)
+		}
+		if after := stored(); after.ResourceVersion != before.ResourceVersion {
+			t.Errorf("%s: a refused write changed the object (resourceVersion %s → %s)", w.what, before.ResourceVersion, after.ResourceVersion)
+		}
+	}
+	admitter.locked, admitter.seenRV = true, ""
+	var out appsv1.DaemonSet
+	e.do(req{method: "PATCH", path: path, contentType: "application/merge-patch+json", body: `{"metadata":{"labels":{"w":"admin"}}}`}).must(t, http.StatusOK, &out)
+	if admitter.seenRV != "" || out.Labels["w"] != "admin" {
+		t.Errorf("a master's patch went through the admitter (saw %q) or failed: %v", admitter.seenRV, out.Labels)
+	}
+}
+
+// lockAdmitter allows every request and, while locked, refuses every update.
+type lockAdmitter struct {
+	locked           bool
+	seenRV, seenVerb string
+}
+
+func (*lockAdmitter) Authorize(context.Context, Attributes) error { return nil }
+
+func (l *lockAdmitter) AdmitUpdate(_ context.Context, a Attributes, old resources.Object) error {
+	l.seenRV, l.seenVerb = old.GetResourceVersion(), a.Verb
+	if l.locked {
+		return errors.New("the object is locked")
+	}
+	return nil
 }
 
 type authorizerFunc func(Attributes) error

@@ -142,7 +142,7 @@ func (s *Server) updateObject(ctx context.Context, c call, obj resources.Object,
 		next.SetResourceVersion(cur.GetResourceVersion())
 		return s.prepareUpdate(c, next, cur)
 	}
-	return s.applyUpdate(ctx, c, mutate, dryRun)
+	return s.applyUpdate(ctx, c, "update", mutate, dryRun)
 }
 
 // checkNamespace fills an empty namespace from the request and rejects a
@@ -190,7 +190,7 @@ func (s *Server) patchObject(ctx context.Context, c call, pt types.PatchType, da
 		next.SetResourceVersion(cur.GetResourceVersion())
 		return s.prepareUpdate(c, next, cur)
 	}
-	return s.applyUpdate(ctx, c, mutate, dryRun)
+	return s.applyUpdate(ctx, c, "patch", mutate, dryRun)
 }
 
 // prepareUpdate defaults, prepares and validates next against cur.
@@ -213,10 +213,17 @@ func (s *Server) prepareUpdate(c call, next, cur resources.Object) (resources.Ob
 }
 
 // applyUpdate runs mutate against the stored object with optimistic
-// concurrency, or once against a copy for a dry run. An update that leaves an
-// object being deleted without finalizers removes it.
-func (s *Server) applyUpdate(ctx context.Context, c call, mutate func(cur resources.Object) (resources.Object, error), dryRun bool) (resources.Object, error) {
+// concurrency, or once against a copy for a dry run, each time after the
+// authorizer admitted verb (update or patch) against that object. An update
+// that leaves an object being deleted without finalizers removes it.
+func (s *Server) applyUpdate(ctx context.Context, c call, verb string, mutateAdmitted func(cur resources.Object) (resources.Object, error), dryRun bool) (resources.Object, error) {
 	r := c.r
+	mutate := func(cur resources.Object) (resources.Object, error) {
+		if err := s.admitUpdate(ctx, c, verb, cur); err != nil {
+			return nil, err
+		}
+		return mutateAdmitted(cur)
+	}
 	if dryRun {
 		cur, err := s.store.Get(ctx, r, c.namespace, c.name)
 		if err != nil {

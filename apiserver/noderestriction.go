@@ -23,8 +23,9 @@ const (
 // mirrorPodAnnotation marks a static pod's mirror in the API (kubelet's key).
 const mirrorPodAnnotation = "kubernetes.io/config.mirror"
 
-// PodLookup reads the stored pod a node's write targets. *store.Store
-// satisfies it through StorePods.
+// PodLookup reads the stored pod a node's delete targets. *store.Store
+// satisfies it through StorePods. (Status writes need no lookup: they are
+// checked against the pod they replace, in AdmitUpdate.)
 type PodLookup func(ctx context.Context, namespace, name string) (*corev1.Pod, error)
 
 // StorePods is a PodLookup reading st (a linearizable read). A missing pod
@@ -53,8 +54,10 @@ func StorePods(st *store.Store) PodLookup {
 //     controllerrevisions and events;
 //   - create, update, patch (and delete) only its own Node X, status included;
 //   - update or patch the status of pods bound to X (spec.nodeName of the
-//     stored pod), delete pods bound to X, and create only mirror pods
-//     (annotation kubernetes.io/config.mirror) bound to X;
+//     pod the write replaces, checked in AdmitUpdate as Kubernetes'
+//     NodeRestriction admission checks the old object), delete pods bound
+//     to X, and create only mirror pods (annotation
+//     kubernetes.io/config.mirror) bound to X;
 //   - create, update and patch events.
 //
 // Everything else is 403 Forbidden. Users that are not nodes (and not in
@@ -65,12 +68,15 @@ type NodeRestriction struct {
 }
 
 // NewNodeRestriction returns the authorizer; pods reads the stored pod a
-// status write or delete targets (StorePods(st)).
+// delete targets (StorePods(st)).
 func NewNodeRestriction(pods PodLookup) *NodeRestriction {
 	return &NodeRestriction{pods: pods}
 }
 
-var _ Authorizer = (*NodeRestriction)(nil)
+var (
+	_ Authorizer     = (*NodeRestriction)(nil)
+	_ UpdateAdmitter = (*NodeRestriction)(nil)
+)
 
 // nodeReadable are the resources a node may read.
 var nodeReadable = map[string]bool{
@@ -136,27 +142,43 @@ func (n *NodeRestriction) authorizePod(ctx context.Context, node string, a Attri
 			return forbidden(a, fmt.Sprintf("node %q may only create mirror pods (annotation %s)", node, mirrorPodAnnotation))
 		}
 		return nil
-	case (a.Verb == "update" || a.Verb == "patch") && a.Subresource == "status",
-		a.Verb == "delete" && a.Subresource == "":
+	case (a.Verb == "update" || a.Verb == "patch") && a.Subresource == "status":
+		return nil // AdmitUpdate checks the pod the write replaces
+	case a.Verb == "delete" && a.Subresource == "":
 		p, err := n.pods(ctx, a.Namespace, a.Name)
 		if err != nil {
 			return apierrors.NewInternalError(fmt.Errorf("node authorization: read pod %s/%s: %w", a.Namespace, a.Name, err))
 		}
 		if p == nil {
-			return nil // the write itself answers 404
+			return nil // the delete itself answers 404
 		}
-		if p.Spec.NodeName != node {
-			what := "update the status of"
-			if a.Verb == "delete" {
-				what = "delete"
-			}
-			return forbidden(a, fmt.Sprintf("node %q may only %s pods bound to itself (this pod is bound to %q)", node, what, p.Spec.NodeName))
-		}
-		return nil
+		return boundTo(node, "delete", a, p)
 	case a.Verb == "update" || a.Verb == "patch":
 		return forbidden(a, fmt.Sprintf("node %q may only update the status of pods, not their spec or metadata", node))
 	}
 	return forbiddenRBAC(a)
+}
+
+// AdmitUpdate implements UpdateAdmitter: a node may write the status of a
+// pod only while the pod it replaces is bound to that node.
+func (n *NodeRestriction) AdmitUpdate(_ context.Context, a Attributes, old resources.Object) error {
+	node, ok := nodeName(a.User)
+	if !ok || a.Resource != resources.Pods.Name || a.Subresource != "status" {
+		return nil // Authorize decided alone
+	}
+	p, ok := old.(*corev1.Pod)
+	if !ok {
+		return apierrors.NewInternalError(fmt.Errorf("node authorization: stored pod %s/%s is a %T", a.Namespace, a.Name, old))
+	}
+	return boundTo(node, "update the status of", a, p)
+}
+
+// boundTo allows a node to act (what) on pod p only when p is bound to it.
+func boundTo(node, what string, a Attributes, p *corev1.Pod) error {
+	if p.Spec.NodeName != node {
+		return forbidden(a, fmt.Sprintf("node %q may only %s pods bound to itself (this pod is bound to %q)", node, what, p.Spec.NodeName))
+	}
+	return nil
 }
 
 // forbidden is Kubernetes' 403: `<resource> "<name>" is forbidden: <why>`.

@@ -37,9 +37,9 @@ func TestNodeRestriction(t *testing.T) {
 		{"update own node status", Attributes{User: n1, Verb: "update", Resource: "nodes", Subresource: "status", Name: "n1"}, true},
 		{"patch other node", Attributes{User: n1, Verb: "patch", Resource: "nodes", Name: "n2"}, false},
 		{"delete other node", Attributes{User: n1, Verb: "delete", Resource: "nodes", Name: "n2"}, false},
-		{"own pod status", Attributes{User: n1, Verb: "update", Resource: "pods", Subresource: "status", Namespace: "default", Name: "mine"}, true},
-		{"other pod status", Attributes{User: n1, Verb: "patch", Resource: "pods", Subresource: "status", Namespace: "default", Name: "theirs"}, false},
-		{"missing pod status", Attributes{User: n1, Verb: "update", Resource: "pods", Subresource: "status", Namespace: "default", Name: "gone"}, true},
+		// Pod status writes are decided by AdmitUpdate (TestNodeRestrictionAdmitUpdate).
+		{"pod status", Attributes{User: n1, Verb: "patch", Resource: "pods", Subresource: "status", Namespace: "default", Name: "theirs"}, true},
+		{"missing pod delete", Attributes{User: n1, Verb: "delete", Resource: "pods", Namespace: "default", Name: "gone"}, true},
 		{"own pod spec", Attributes{User: n1, Verb: "update", Resource: "pods", Namespace: "default", Name: "mine"}, false},
 		{"delete own pod", Attributes{User: n1, Verb: "delete", Resource: "pods", Namespace: "default", Name: "mine"}, true},
 		{"delete other pod", Attributes{User: n1, Verb: "delete", Resource: "pods", Namespace: "default", Name: "theirs"}, false},
@@ -73,5 +73,38 @@ func TestNodeRestriction(t *testing.T) {
 	err := authz.Authorize(context.Background(), Attributes{User: n1, Verb: "patch", Resource: "nodes", Name: "n2"})
 	if want := `nodes "n2" is forbidden: node "n1" may only modify its own Node object, not node "n2"`; err == nil || err.Error() != want {
 		t.Errorf("message %q, want %q", err, want)
+	}
+}
+
+// TestNodeRestrictionAdmitUpdate: a node's pod status write is checked
+// against the pod it replaces; other writes pass (Authorize decided them).
+func TestNodeRestrictionAdmitUpdate(t *testing.T) {
+	authz := NewNodeRestriction(func(context.Context, string, string) (*corev1.Pod, error) {
+		t.Fatal("AdmitUpdate read a pod")
+		return nil, nil
+	})
+	n1 := UserInfo{Name: "system:node:n1", Groups: []string{"system:nodes", authenticatedGroup}}
+	pod := func(node string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "p"}, Spec: corev1.PodSpec{NodeName: node}}
+	}
+	status := Attributes{User: n1, Verb: "patch", Resource: "pods", Subresource: "status", Namespace: "default", Name: "p"}
+	if err := authz.AdmitUpdate(context.Background(), status, pod("n1")); err != nil {
+		t.Errorf("own pod's status: %v", err)
+	}
+	err := authz.AdmitUpdate(context.Background(), status, pod("n2"))
+	if want := `pods "p" is forbidden: node "n1" may only update the status of pods bound to itself (this pod is bound to "n2")`; err == nil || err.Error() != want {
+		t.Errorf("another node's pod: %v, want %q", err, want)
+	}
+	if err := authz.AdmitUpdate(context.Background(), status, pod("")); !apierrors.IsForbidden(err) {
+		t.Errorf("an unbound pod: %v, want 403", err)
+	}
+	node := Attributes{User: n1, Verb: "update", Resource: "nodes", Subresource: "status", Name: "n1"}
+	if err := authz.AdmitUpdate(context.Background(), node, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}); err != nil {
+		t.Errorf("own node's status: %v", err)
+	}
+	admin := status
+	admin.User = UserInfo{Name: "admin", Groups: []string{"system:masters"}}
+	if err := authz.AdmitUpdate(context.Background(), admin, pod("n2")); err != nil {
+		t.Errorf("not a node: %v", err)
 	}
 }
