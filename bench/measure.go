@@ -191,7 +191,7 @@ func (s *server) replay(ctx context.Context, seqs map[string][]write) (time.Dura
 			k := floorPrefix + strings.TrimPrefix(key, registryPrefix)
 			for _, w := range seq {
 				var err error
-				for attempt := 0; ; attempt++ {
+				for wait, waited := 10*time.Millisecond, time.Duration(0); ; wait = min(2*wait, 200*time.Millisecond) {
 					switch {
 					case w.delete:
 						_, err = etcd.Delete(ctx, k)
@@ -202,12 +202,15 @@ func (s *server) replay(ctx context.Context, seqs map[string][]write) (time.Dura
 						_, err = etcd.Put(ctx, k, string(buf[:w.size]))
 					}
 					// etcd sheds load when its apply falls far behind its
-					// commit (thousands of writers at once): wait and retry,
-					// as the store's callers would; the wait is part of the floor.
-					if !errors.Is(err, rpctypes.ErrTooManyRequests) || attempt >= 100 {
+					// commit (thousands of writers at once; at 5,000 nodes
+					// for seconds): back off and retry, as the store's
+					// callers would, for up to a minute; the wait is part
+					// of the floor.
+					if !errors.Is(err, rpctypes.ErrTooManyRequests) || waited >= time.Minute {
 						break
 					}
-					time.Sleep(10 * time.Millisecond)
+					time.Sleep(wait)
+					waited += wait
 				}
 				if err != nil {
 					select {
