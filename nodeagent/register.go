@@ -289,47 +289,40 @@ func (a *Agent) setNodeStatus(s *corev1.NodeStatus, now time.Time) {
 			Message: "everynode agent is posting ready status"},
 	} {
 		c.LastHeartbeatTime, c.LastTransitionTime = ts, ts
-		if c.Type == corev1.NodeReady && membershipVerdict(s) {
-			refreshHeartbeat(s, c.Type, ts)
+		if cur := nodeCondition(s, c.Type); c.Type == corev1.NodeReady && cur != nil && membershipVerdict(cur) {
+			cur.LastHeartbeatTime = ts
 			continue
 		}
 		setNodeCondition(s, c)
 	}
 }
 
-// membershipVerdict reports whether s's Ready condition is one the node
+// membershipVerdict reports whether Ready condition c is one the node
 // lifecycle controller set from membership (see setNodeStatus).
-func membershipVerdict(s *corev1.NodeStatus) bool {
-	for _, c := range s.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionUnknown || (c.Status == corev1.ConditionFalse && c.Reason == reasonMemberLeft)
-		}
-	}
-	return false
+func membershipVerdict(c *corev1.NodeCondition) bool {
+	return c.Status == corev1.ConditionUnknown || (c.Status == corev1.ConditionFalse && c.Reason == reasonMemberLeft)
 }
 
-// refreshHeartbeat sets the heartbeat time of s's condition of type t.
-func refreshHeartbeat(s *corev1.NodeStatus, t corev1.NodeConditionType, ts metav1.Time) {
+// nodeCondition returns s's condition of type t, or nil.
+func nodeCondition(s *corev1.NodeStatus, t corev1.NodeConditionType) *corev1.NodeCondition {
 	for i := range s.Conditions {
 		if s.Conditions[i].Type == t {
-			s.Conditions[i].LastHeartbeatTime = ts
+			return &s.Conditions[i]
 		}
 	}
+	return nil
 }
 
 // setNodeCondition sets one condition, keeping its lastTransitionTime while
 // the status does not change.
 func setNodeCondition(s *corev1.NodeStatus, c corev1.NodeCondition) {
-	for i := range s.Conditions {
-		old := &s.Conditions[i]
-		if old.Type != c.Type {
-			continue
-		}
-		if old.Status == c.Status && !old.LastTransitionTime.IsZero() {
-			c.LastTransitionTime = old.LastTransitionTime
-		}
-		*old = c
+	old := nodeCondition(s, c.Type)
+	if old == nil {
+		s.Conditions = append(s.Conditions, c)
 		return
 	}
-	s.Conditions = append(s.Conditions, c)
+	if old.Status == c.Status && !old.LastTransitionTime.IsZero() {
+		c.LastTransitionTime = old.LastTransitionTime
+	}
+	*old = c
 }

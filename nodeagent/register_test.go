@@ -59,15 +59,6 @@ func (e *env) node() *corev1.Node {
 	return o.(*corev1.Node)
 }
 
-func nodeCondition(n *corev1.Node, typ corev1.NodeConditionType) *corev1.NodeCondition {
-	for i := range n.Status.Conditions {
-		if n.Status.Conditions[i].Type == typ {
-			return &n.Status.Conditions[i]
-		}
-	}
-	return nil
-}
-
 func mustTaints(t *testing.T, s string) []corev1.Taint {
 	t.Helper()
 	taints, err := ParseTaints(s)
@@ -125,7 +116,7 @@ func TestRegisterNode(t *testing.T) {
 	if len(n.Status.Addresses) != 2 || n.Status.Addresses[0] != wantAddr[0] || n.Status.Addresses[1] != wantAddr[1] {
 		t.Errorf("addresses %+v", n.Status.Addresses)
 	}
-	ready := nodeCondition(n, corev1.NodeReady)
+	ready := nodeCondition(&n.Status, corev1.NodeReady)
 	if ready == nil || ready.Status != corev1.ConditionTrue || ready.Reason != "AgentReady" || !ready.LastHeartbeatTime.Time.Equal(t0) {
 		t.Fatalf("Ready condition %+v", ready)
 	}
@@ -137,7 +128,7 @@ func TestRegisterNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	n = e.node()
-	ready = nodeCondition(n, corev1.NodeReady)
+	ready = nodeCondition(&n.Status, corev1.NodeReady)
 	if !ready.LastHeartbeatTime.Time.Equal(t0.Add(DefaultNodeStatusPeriod)) || !ready.LastTransitionTime.Time.Equal(t0) {
 		t.Errorf("after a heartbeat: %+v", ready)
 	}
@@ -185,9 +176,9 @@ func TestHeartbeatKeepsMembershipVerdict(t *testing.T) {
 				t.Fatal(err)
 			}
 			n := e.node()
-			verdict := *nodeCondition(n, corev1.NodeReady)
+			verdict := *nodeCondition(&n.Status, corev1.NodeReady)
 			verdict.Status, verdict.Reason, verdict.Message = tc.status, tc.reason, "set by the test"
-			*nodeCondition(n, corev1.NodeReady) = verdict
+			*nodeCondition(&n.Status, corev1.NodeReady) = verdict
 			if _, err := e.api.UpdateStatus(ctx, n, clientWrite()); err != nil {
 				t.Fatal(err)
 			}
@@ -195,7 +186,7 @@ func TestHeartbeatKeepsMembershipVerdict(t *testing.T) {
 			if err := e.agent.syncNode(ctx); err != nil {
 				t.Fatal(err)
 			}
-			got := nodeCondition(e.node(), corev1.NodeReady)
+			got := nodeCondition(&e.node().Status, corev1.NodeReady)
 			if !got.LastHeartbeatTime.Time.Equal(e.clock.Now().Truncate(time.Second)) {
 				t.Errorf("heartbeat %v not refreshed to %v", got.LastHeartbeatTime, e.clock.Now())
 			}
@@ -307,7 +298,7 @@ func TestRunReregistersDeletedNode(t *testing.T) {
 			return false
 		}
 		first = o.(*corev1.Node)
-		return nodeCondition(first, corev1.NodeReady) != nil
+		return nodeCondition(&first.Status, corev1.NodeReady) != nil
 	})
 	if first.Status.Capacity.Cpu().Value() < 1 || first.Status.NodeInfo.ContainerRuntimeVersion != "fake://"+rtfake.Version {
 		t.Errorf("status %+v", first.Status)
