@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -76,23 +75,7 @@ func (c *cluster) startAgentNode(name string, o agentNodeOpts) *simNode {
 	if o.tweak != nil {
 		o.tweak(&cfg)
 	}
-	agent, err := nodeagent.New(cfg)
-	if err != nil {
-		c.t.Fatalf("nodeagent.New(%s): %v", name, err)
-	}
-	ctx, cancel := context.WithCancel(c.ctx)
-	sn := &simNode{name: name, rt: rt, cancel: cancel, done: make(chan struct{})}
-	c.members.set(name, true)
-	go func() {
-		defer close(sn.done)
-		if err := agent.Run(ctx); err != nil && ctx.Err() == nil {
-			c.root.Errorf("agent %s: %v", name, err)
-		}
-	}()
-	c.nodes.mu.Lock()
-	c.nodes.m[name] = sn
-	c.nodes.mu.Unlock()
-	return sn
+	return c.runAgent(rt, cfg)
 }
 
 // boundPod is a bare pod of imageV1 bound to node, with annotations.

@@ -284,7 +284,7 @@ func (c *cluster) startNode(name string, labels map[string]string) *simNode {
 	token := "node-token-" + name
 	c.tokens.add(token, apiserver.UserInfo{Name: "system:node:" + name, Groups: []string{"system:nodes"}})
 	rt := fake.New(fake.Config{Images: []string{imageV1, imageV2}, Unpullable: "example/broken*", IP: "10.0.0.1"})
-	agent, err := nodeagent.New(nodeagent.Config{
+	return c.runAgent(rt, nodeagent.Config{
 		NodeName:         name,
 		NodeIP:           "192.0.2.1",
 		Client:           c.httpClient(token),
@@ -296,6 +296,14 @@ func (c *cluster) startNode(name string, labels map[string]string) *simNode {
 		ResyncPeriod:     time.Second,
 		NodeStatusPeriod: 5 * time.Second,
 	})
+}
+
+// runAgent builds the node agent of cfg over rt, marks the node alive in the
+// membership and runs the agent until the node is stopped.
+func (c *cluster) runAgent(rt *fake.Fake, cfg nodeagent.Config) *simNode {
+	c.t.Helper()
+	name := cfg.NodeName
+	agent, err := nodeagent.New(cfg)
 	if err != nil {
 		c.t.Fatalf("nodeagent.New(%s): %v", name, err)
 	}
@@ -305,7 +313,7 @@ func (c *cluster) startNode(name string, labels map[string]string) *simNode {
 	go func() {
 		defer close(sn.done)
 		if err := agent.Run(ctx); err != nil && ctx.Err() == nil {
-			c.t.Errorf("agent %s: %v", name, err)
+			c.root.Errorf("agent %s: %v", name, err) // the agent may outlive a subtest
 		}
 	}()
 	c.nodes.mu.Lock()
