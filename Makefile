@@ -4,6 +4,8 @@
 #   make test    the whole test suite with the race detector (what CI runs)
 #   make lint    go vet and a gofmt check
 #   make fuzz    each fuzz target for FUZZTIME (default 60s)
+#   make release stripped static binaries for every board in dist/ (amd64,
+#                arm64, armv7, riscv64), VERSION stamped, plus dist/SHA256SUMS
 #   make bench   all benchmarks: bench-api (go test -bench of the store and the
 #                API, output in bench.out; figures in docs/benchmarks-api.md) and
 #                bench-fleet (simulated fleets of 100 and 1,000 nodes, BIG=1 adds
@@ -13,8 +15,15 @@ GO       ?= go
 BIN      ?= bin/everynode
 FUZZTIME ?= 60s
 PKGS     ?= ./...
+DIST     ?= dist
+# VERSION is stamped into release binaries: the newest v* tag, else v0.0.0-<commit>.
+VERSION  ?= $(shell git describe --tags --match 'v*' --dirty 2>/dev/null || echo v0.0.0-$$(git rev-parse --short HEAD 2>/dev/null || echo dev))
+# PLATFORMS are GOOS/GOARCH[/GOARM] triples; the binary is named after GOARCH
+# (arm/7 is armv7).
+PLATFORMS ?= linux/amd64 linux/arm64 linux/arm/7 linux/riscv64
+VERSION_FLAG = -X github.com/everynode/everynode/cmd/everynode/internal/cli.stampedVersion=$(VERSION)
 
-.PHONY: all build test lint fuzz bench bench-api clean
+.PHONY: all build test lint fuzz bench bench-api release clean
 
 all: lint build test
 
@@ -39,8 +48,20 @@ bench: bench-api bench-fleet
 bench-api:
 	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=1s ./store/ ./apiserver/ | tee bench.out
 
+# Each binary is static (CGO_ENABLED=0), stripped and reproducible (-trimpath).
+release:
+	@mkdir -p $(DIST)
+	@set -e; for p in $(PLATFORMS); do \
+		os=$${p%%/*}; rest=$${p#*/}; arch=$${rest%%/*}; arm=; name=$$arch; \
+		if [ "$$arch" != "$$rest" ]; then arm=$${rest#*/}; name=$${arch}v$$arm; fi; \
+		out=$(DIST)/everynode-$$os-$$name; echo "build $$out ($(VERSION))"; \
+		CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch GOARM=$$arm $(GO) build -trimpath \
+			-ldflags='-s -w $(VERSION_FLAG)' -o $$out ./cmd/everynode; \
+	done
+	@cd $(DIST) && sha256sum everynode-* > SHA256SUMS && cat SHA256SUMS
+
 clean:
-	rm -rf bin bench.out
+	rm -rf bin bench.out dist
 
 # Example images (make images) and the demo live with the examples.
 include examples/demo.mk

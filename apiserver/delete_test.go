@@ -5,6 +5,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/everynode/everynode/apiserver/strategy"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 )
@@ -18,10 +19,10 @@ func TestDeletePropagation(t *testing.T) {
 		name, body, query string
 		finalizer         string // "" = removed at once
 	}{
-		{"orphan body", `{"kind":"DeleteOptions","apiVersion":"v1","propagationPolicy":"Orphan"}`, "", FinalizerOrphan},
-		{"foreground body", `{"propagationPolicy":"Foreground"}`, "", FinalizerForeground},
-		{"orphan query", "", "?propagationPolicy=Orphan", FinalizerOrphan},
-		{"orphanDependents", `{"orphanDependents":true}`, "", FinalizerOrphan},
+		{"orphan body", `{"kind":"DeleteOptions","apiVersion":"v1","propagationPolicy":"Orphan"}`, "", strategy.FinalizerOrphan},
+		{"foreground body", `{"propagationPolicy":"Foreground"}`, "", strategy.FinalizerForeground},
+		{"orphan query", "", "?propagationPolicy=Orphan", strategy.FinalizerOrphan},
+		{"orphanDependents", `{"orphanDependents":true}`, "", strategy.FinalizerOrphan},
 		{"background", `{"propagationPolicy":"Background"}`, "", ""},
 		{"none", "", "", ""},
 	}

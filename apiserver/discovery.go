@@ -2,13 +2,13 @@ package apiserver
 
 import (
 	"encoding/json"
-	"mime"
 	"net/http"
 	"slices"
-	"strings"
 
 	apidiscoveryv2 "k8s.io/api/apidiscovery/v2"
+	apidiscoveryv2beta1 "k8s.io/api/apidiscovery/v2beta1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/everynode/everynode/resources"
@@ -27,16 +27,47 @@ func subresourceVerbs(sub string) []string {
 	return []string{"get"}
 }
 
-// discovery holds the discovery documents, built once from the resource table.
-type discovery struct {
-	gvs       []schema.GroupVersion
-	byGV      map[schema.GroupVersion][]*resources.Resource
-	coreAgg   apidiscoveryv2.APIGroupDiscoveryList
-	groupsAgg apidiscoveryv2.APIGroupDiscoveryList
+// createOnly is a resource served for create alone and never stored: the
+// access and token reviews (docs/rbac.md).
+type createOnly struct {
+	gv         schema.GroupVersion
+	name, kind string
+	namespaced bool
 }
 
-func newDiscovery(all []*resources.Resource) *discovery {
-	d := &discovery{byGV: map[schema.GroupVersion][]*resources.Resource{}}
+// createOnlyResources are the reviews the server answers, as
+// kube-apiserver lists them.
+func createOnlyResources() []createOnly {
+	authn := schema.GroupVersion{Group: "authentication.k8s.io", Version: "v1"}
+	authz := schema.GroupVersion{Group: "authorization.k8s.io", Version: "v1"}
+	return []createOnly{
+		{authn, "selfsubjectreviews", "SelfSubjectReview", false},
+		{authn, "tokenreviews", "TokenReview", false},
+		{authz, "localsubjectaccessreviews", "LocalSubjectAccessReview", true},
+		{authz, "selfsubjectaccessreviews", "SelfSubjectAccessReview", false},
+		{authz, "selfsubjectrulesreviews", "SelfSubjectRulesReview", false},
+		{authz, "subjectaccessreviews", "SubjectAccessReview", false},
+	}
+}
+
+// tokenSubresource is a ServiceAccount's token subresource (TokenRequest),
+// listed when the server issues tokens.
+const tokenSubresource = "token"
+
+// discovery holds the discovery documents, built once from the resource table.
+type discovery struct {
+	gvs        []schema.GroupVersion
+	byGV       map[schema.GroupVersion][]*resources.Resource
+	createOnly map[schema.GroupVersion][]createOnly
+	tokens     bool // serviceaccounts/token is served
+	coreAgg    apidiscoveryv2.APIGroupDiscoveryList
+	groupsAgg  apidiscoveryv2.APIGroupDiscoveryList
+}
+
+// newDiscovery builds the documents of the resources all, the reviews, and
+// (with tokens) serviceaccounts/token.
+func newDiscovery(all []*resources.Resource, tokens bool) *discovery {
+	d := &discovery{byGV: map[schema.GroupVersion][]*resources.Resource{}, createOnly: map[schema.GroupVersion][]createOnly{}, tokens: tokens}
 	for _, r := range all {
 		gv := r.GroupVersion()
 		if _, ok := d.byGV[gv]; !ok {
@@ -44,12 +75,18 @@ func newDiscovery(all []*resources.Resource) *discovery {
 		}
 		d.byGV[gv] = append(d.byGV[gv], r)
 	}
+	for _, c := range createOnlyResources() {
+		if _, ok := d.byGV[c.gv]; !ok && len(d.createOnly[c.gv]) == 0 {
+			d.gvs = append(d.gvs, c.gv)
+		}
+		d.createOnly[c.gv] = append(d.createOnly[c.gv], c)
+	}
 	for _, gv := range d.gvs {
 		item := apidiscoveryv2.APIGroupDiscovery{
 			ObjectMeta: metav1.ObjectMeta{Name: gv.Group},
 			Versions: []apidiscoveryv2.APIVersionDiscovery{{
 				Version: gv.Version, Freshness: apidiscoveryv2.DiscoveryFreshnessCurrent,
-				Resources: aggregatedResources(d.byGV[gv]),
+				Resources: d.aggregatedResources(gv),
 			}},
 		}
 		if gv.Group == "" {
@@ -70,9 +107,9 @@ func sortedSubresources(r *resources.Resource) []string {
 	return subs
 }
 
-func aggregatedResources(rs []*resources.Resource) []apidiscoveryv2.APIResourceDiscovery {
+func (d *discovery) aggregatedResources(gv schema.GroupVersion) []apidiscoveryv2.APIResourceDiscovery {
 	var out []apidiscoveryv2.APIResourceDiscovery
-	for _, r := range rs {
+	for _, r := range d.byGV[gv] {
 		kind := &metav1.GroupVersionKind{Group: r.Group, Version: r.Version, Kind: r.Kind}
 		scope := apidiscoveryv2.ScopeCluster
 		if r.Namespaced {
@@ -87,58 +124,82 @@ func aggregatedResources(rs []*resources.Resource) []apidiscoveryv2.APIResourceD
 				Subresource: sub, ResponseKind: kind, Verbs: subresourceVerbs(sub),
 			})
 		}
+		if d.tokens && r == resources.ServiceAccounts {
+			rd.Subresources = append(rd.Subresources, apidiscoveryv2.APISubresourceDiscovery{
+				Subresource:  tokenSubresource,
+				ResponseKind: &metav1.GroupVersionKind{Group: "authentication.k8s.io", Version: "v1", Kind: "TokenRequest"},
+				Verbs:        []string{"create"},
+			})
+		}
 		out = append(out, rd)
+	}
+	for _, c := range d.createOnly[gv] {
+		scope := apidiscoveryv2.ScopeCluster
+		if c.namespaced {
+			scope = apidiscoveryv2.ScopeNamespace
+		}
+		out = append(out, apidiscoveryv2.APIResourceDiscovery{
+			Resource: c.name, Scope: scope, Verbs: []string{"create"},
+			ResponseKind: &metav1.GroupVersionKind{Group: gv.Group, Version: gv.Version, Kind: c.kind},
+		})
 	}
 	return out
 }
 
-// aggregatedVersion returns the apidiscovery version ("v2" or "v2beta1") the
-// Accept header asks for as APIGroupDiscoveryList, or "" for legacy discovery.
-// The first acceptable media range wins.
-func aggregatedVersion(accept string) string {
-	for _, part := range strings.Split(accept, ",") {
-		mt, params, err := mime.ParseMediaType(strings.TrimSpace(part))
-		if err != nil || mt != "application/json" {
-			continue
-		}
-		if params["as"] == "APIGroupDiscoveryList" && params["g"] == "apidiscovery.k8s.io" {
-			if v := params["v"]; v == "v2" || v == "v2beta1" {
-				return v
-			}
-			continue
-		}
-		if len(params) == 0 || params["as"] == "" {
-			return "" // plain JSON accepted before any aggregated form
-		}
-	}
-	return ""
+// aggregated reports whether the Accept header asks for aggregated
+// discovery (an APIGroupDiscoveryList of apidiscovery.k8s.io v2 or v2beta1)
+// in any media type the server writes, and which. As upstream
+// (aggregated.WrappedHandler), the first clause naming the aggregated list
+// decides, wherever plain clauses stand; otherwise the legacy documents are
+// served.
+func (s *Server) aggregated(req *http.Request) (output, bool) {
+	out, ok := s.wire.negotiate(req.Header.Get("Accept"), discoveryRestrictions{})
+	return out, ok && out.convert != nil
 }
 
-// writeAggregated writes an aggregated discovery list in the asked version.
-func writeAggregated(w http.ResponseWriter, list apidiscoveryv2.APIGroupDiscoveryList, version string) {
+// writeAggregated writes an aggregated discovery list in the asked version
+// and media type; the Content-Type names the list's group, version and kind.
+func (s *Server) writeAggregated(w http.ResponseWriter, out output, list apidiscoveryv2.APIGroupDiscoveryList) {
+	version := out.convert.Version
 	list.TypeMeta = metav1.TypeMeta{Kind: "APIGroupDiscoveryList", APIVersion: "apidiscovery.k8s.io/" + version}
 	if list.Items == nil {
 		list.Items = []apidiscoveryv2.APIGroupDiscovery{}
 	}
-	b, err := json.Marshal(list)
+	var obj runtime.Object = &list
+	if version == "v2beta1" {
+		// v2beta1 has v2's fields and field numbers under another name.
+		var beta apidiscoveryv2beta1.APIGroupDiscoveryList
+		if err := convertJSON(&list, &beta); err != nil {
+			s.log.Error("convert aggregated discovery", "err", err)
+			http.Error(w, "encoding discovery: "+err.Error(), http.StatusInternalServerError)
+			return
+		}
+		beta.TypeMeta = list.TypeMeta
+		obj = &beta
+	}
+	w.Header().Set("Vary", "Accept")
+	s.wire.write(w, http.StatusOK, out, out.info.MediaType+";g=apidiscovery.k8s.io;v="+version+";as=APIGroupDiscoveryList", obj)
+}
+
+// writeDiscovery writes a legacy discovery document in the negotiated media
+// type (JSON, YAML or protobuf), or the 406 Status.
+func (s *Server) writeDiscovery(w http.ResponseWriter, req *http.Request, obj runtime.Object) {
+	out, err := s.wire.negotiateOutput(req, plainRestrictions{})
 	if err != nil {
-		http.Error(w, "encoding discovery: "+err.Error(), http.StatusInternalServerError)
+		s.writeError(w, req, err)
 		return
 	}
-	w.Header().Set("Content-Type", "application/json;g=apidiscovery.k8s.io;v="+version+";as=APIGroupDiscoveryList")
-	w.Header().Set("Vary", "Accept")
-	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(b)
+	s.wire.write(w, http.StatusOK, out, "", obj)
 }
 
 func (s *Server) serveAPIVersions(w http.ResponseWriter, req *http.Request) {
 	setScope(req.Context(), "get", "")
-	if v := aggregatedVersion(req.Header.Get("Accept")); v != "" {
-		writeAggregated(w, s.disc.coreAgg, v)
+	if out, ok := s.aggregated(req); ok {
+		s.writeAggregated(w, out, s.disc.coreAgg)
 		return
 	}
 	w.Header().Set("Vary", "Accept")
-	writeJSON(w, http.StatusOK, &metav1.APIVersions{
+	s.writeDiscovery(w, req, &metav1.APIVersions{
 		TypeMeta: metav1.TypeMeta{Kind: "APIVersions"},
 		Versions: []string{"v1"},
 		ServerAddressByClientCIDRs: []metav1.ServerAddressByClientCIDR{
@@ -164,8 +225,8 @@ func (s *Server) apiGroup(group string) metav1.APIGroup {
 
 func (s *Server) serveAPIGroups(w http.ResponseWriter, req *http.Request) {
 	setScope(req.Context(), "get", "")
-	if v := aggregatedVersion(req.Header.Get("Accept")); v != "" {
-		writeAggregated(w, s.disc.groupsAgg, v)
+	if out, ok := s.aggregated(req); ok {
+		s.writeAggregated(w, out, s.disc.groupsAgg)
 		return
 	}
 	list := metav1.APIGroupList{TypeMeta: metav1.TypeMeta{Kind: "APIGroupList", APIVersion: "v1"}, Groups: []metav1.APIGroup{}}
@@ -178,14 +239,14 @@ func (s *Server) serveAPIGroups(w http.ResponseWriter, req *http.Request) {
 		list.Groups = append(list.Groups, g)
 	}
 	w.Header().Set("Vary", "Accept")
-	writeJSON(w, http.StatusOK, &list)
+	s.writeDiscovery(w, req, &list)
 }
 
 func (s *Server) serveAPIGroup(group string) http.HandlerFunc {
 	return func(w http.ResponseWriter, req *http.Request) {
 		setScope(req.Context(), "get", "")
 		g := s.apiGroup(group)
-		writeJSON(w, http.StatusOK, &g)
+		s.writeDiscovery(w, req, &g)
 	}
 }
 
@@ -207,7 +268,27 @@ func (s *Server) serveResourceList(gv schema.GroupVersion) http.HandlerFunc {
 					Name: r.Name + "/" + sub, Namespaced: r.Namespaced, Kind: r.Kind, Verbs: subresourceVerbs(sub),
 				})
 			}
+			if s.disc.tokens && r == resources.ServiceAccounts {
+				list.APIResources = append(list.APIResources, metav1.APIResource{
+					Name: r.Name + "/" + tokenSubresource, Namespaced: true, Group: "authentication.k8s.io", Version: "v1",
+					Kind: "TokenRequest", Verbs: []string{"create"},
+				})
+			}
 		}
-		writeJSON(w, http.StatusOK, &list)
+		for _, c := range s.disc.createOnly[gv] {
+			list.APIResources = append(list.APIResources, metav1.APIResource{
+				Name: c.name, Namespaced: c.namespaced, Kind: c.kind, Verbs: []string{"create"},
+			})
+		}
+		s.writeDiscovery(w, req, &list)
 	}
+}
+
+// convertJSON copies in into out through their JSON form.
+func convertJSON(in, out any) error {
+	b, err := json.Marshal(in)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(b, out)
 }

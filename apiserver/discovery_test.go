@@ -3,12 +3,16 @@ package apiserver
 import (
 	"io"
 	"net/http"
+	"net/http/httptest"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
 
 	apidiscoveryv2 "k8s.io/api/apidiscovery/v2"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/everynode/everynode/resources"
 )
 
 const kubectlDiscoveryAccept = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList," +
@@ -68,8 +72,15 @@ func TestAggregatedDiscovery(t *testing.T) {
 	}
 
 	e.getAccept("/apis", kubectlDiscoveryAccept).must(t, http.StatusOK, &groups)
-	if len(groups.Items) != 1 || groups.Items[0].Name != "apps" || groups.Items[0].Versions[0].Freshness != apidiscoveryv2.DiscoveryFreshnessCurrent {
-		t.Fatalf("groups %+v", groups.Items)
+	var names []string
+	for _, g := range groups.Items {
+		names = append(names, g.Name)
+		if len(g.Versions) != 1 || g.Versions[0].Freshness != apidiscoveryv2.DiscoveryFreshnessCurrent {
+			t.Errorf("group %s versions %+v", g.Name, g.Versions)
+		}
+	}
+	if !slices.Equal(names, servedGroups()) {
+		t.Fatalf("groups %v, want %v", names, servedGroups())
 	}
 	apps := groups.Items[0].Versions[0].Resources
 	if apps[0].Resource != "daemonsets" || !slices.Equal(apps[0].ShortNames, []string{"ds"}) || !slices.Equal(apps[0].Categories, []string{"all"}) ||
@@ -93,7 +104,7 @@ func TestLegacyDiscovery(t *testing.T) {
 	}
 	var groups metav1.APIGroupList
 	e.get("/apis").must(t, http.StatusOK, &groups)
-	if groups.Kind != "APIGroupList" || len(groups.Groups) != 1 || groups.Groups[0].Name != "apps" ||
+	if groups.Kind != "APIGroupList" || len(groups.Groups) != len(servedGroups()) || groups.Groups[0].Name != "apps" ||
 		groups.Groups[0].PreferredVersion.GroupVersion != "apps/v1" {
 		t.Errorf("/apis: %+v", groups)
 	}
@@ -111,7 +122,7 @@ func TestLegacyDiscovery(t *testing.T) {
 	for _, r := range list.APIResources {
 		names = append(names, r.Name)
 	}
-	if !slices.Equal(names, []string{"daemonsets", "daemonsets/status", "controllerrevisions"}) {
+	if !slices.Equal(names, []string{"daemonsets", "daemonsets/status", "controllerrevisions", "deployments", "deployments/status"}) {
 		t.Errorf("apps/v1 resources %v", names)
 	}
 	if ds := list.APIResources[0]; !slices.Equal(ds.ShortNames, []string{"ds"}) || !ds.Namespaced || ds.Kind != "DaemonSet" {
@@ -127,25 +138,44 @@ func TestLegacyDiscovery(t *testing.T) {
 	}
 }
 
-func TestAggregatedVersion(t *testing.T) {
+// TestAggregatedNegotiation: aggregated discovery is served when any
+// acceptable clause names it in a media type the server writes, as
+// kube-apiserver's aggregated.WrappedHandler decides.
+func TestAggregatedNegotiation(t *testing.T) {
+	wr, err := newWire()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Server{wire: wr}
 	cases := map[string]string{
-		kubectlDiscoveryAccept: "v2",
-		"application/json;as=APIGroupDiscoveryList;v=v2beta1;g=apidiscovery.k8s.io": "v2beta1",
+		kubectlDiscoveryAccept: "application/json v2",
+		"application/json;as=APIGroupDiscoveryList;v=v2beta1;g=apidiscovery.k8s.io":                                "application/json v2beta1",
+		"application/vnd.kubernetes.protobuf;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json": "application/vnd.kubernetes.protobuf v2",
+		"application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList;profile=nopeer":                      "application/json v2",
 		"application/json": "",
 		"":                 "",
-		"application/json, application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList": "",
+		"application/json, application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList": "application/json v2",
 		"application/json;g=apidiscovery.k8s.io;v=v3;as=APIGroupDiscoveryList":                   "",
+		"text/html;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList":                          "",
 	}
 	for accept, want := range cases {
-		if got := aggregatedVersion(accept); got != want {
-			t.Errorf("aggregatedVersion(%q) = %q, want %q", accept, got, want)
+		req := httptest.NewRequest("GET", "/apis", nil)
+		req.Header.Set("Accept", accept)
+		got := ""
+		if out, ok := s.aggregated(req); ok {
+			got = out.info.MediaType + " " + out.convert.Version
+		}
+		if got != want {
+			t.Errorf("aggregated(%q) = %q, want %q", accept, got, want)
 		}
 	}
 }
 
-// TestOpenAPIStub: the v3 root names one document per group version, each
-// with a PATCH operation per kind that takes fieldValidation.
-func TestOpenAPIStub(t *testing.T) {
+// TestOpenAPIDocuments: the v3 root names one document per group version,
+// each with a PATCH operation per kind that carries its group-version-kind
+// and takes fieldValidation (what kubectl's validation looks for); the v2
+// document is served in JSON and in protobuf and defines every served kind.
+func TestOpenAPIDocuments(t *testing.T) {
 	e := newEnv(t)
 	var root struct {
 		Paths map[string]struct {
@@ -154,33 +184,111 @@ func TestOpenAPIStub(t *testing.T) {
 	}
 	e.get("/openapi/v3").must(t, http.StatusOK, &root)
 	ref, ok := root.Paths["apis/apps/v1"]
-	if !ok || !strings.HasPrefix(ref.ServerRelativeURL, "/openapi/v3/apis/apps/v1?hash=") || len(root.Paths) != 2 {
+	if !ok || !strings.HasPrefix(ref.ServerRelativeURL, "/openapi/v3/apis/apps/v1?hash=") || len(root.Paths) != len(servedGroups())+1 {
 		t.Fatalf("root %+v", root)
+	}
+	type operation struct {
+		GVK        map[string]string `json:"x-kubernetes-group-version-kind"`
+		Action     string            `json:"x-kubernetes-action"`
+		Parameters []struct {
+			Name string `json:"name"`
+			In   string `json:"in"`
+		} `json:"parameters"`
 	}
 	var doc struct {
 		Paths map[string]struct {
-			Patch struct {
-				GVK        map[string]string `json:"x-kubernetes-group-version-kind"`
-				Parameters []struct {
-					Name string `json:"name"`
-					In   string `json:"in"`
-				} `json:"parameters"`
-			} `json:"patch"`
+			Patch operation `json:"patch"`
 		} `json:"paths"`
 	}
 	e.get(ref.ServerRelativeURL).must(t, http.StatusOK, &doc)
 	p := doc.Paths["/apis/apps/v1/namespaces/{namespace}/daemonsets/{name}"].Patch
-	if p.GVK["kind"] != "DaemonSet" || p.GVK["group"] != "apps" || len(p.Parameters) != 1 || p.Parameters[0].Name != "fieldValidation" {
+	if p.GVK["kind"] != "DaemonSet" || p.GVK["group"] != "apps" || p.Action != "patch" ||
+		!slices.ContainsFunc(p.Parameters, func(q struct {
+			Name string `json:"name"`
+			In   string `json:"in"`
+		}) bool {
+			return q.Name == "fieldValidation" && q.In == "query"
+		}) {
 		t.Errorf("daemonset patch op %+v", p)
 	}
-	e.get(root.Paths["api/v1"].ServerRelativeURL).must(t, http.StatusOK, &doc)
-	if doc.Paths["/api/v1/nodes/{name}"].Patch.GVK["kind"] != "Node" {
-		t.Errorf("v1 doc %+v", doc.Paths)
+	for _, r := range resources.All() {
+		key := strings.TrimPrefix(groupVersionPath(r.GroupVersion()), "/")
+		e.get(root.Paths[key].ServerRelativeURL).must(t, http.StatusOK, &doc)
+		item := groupVersionPath(r.GroupVersion()) + "/" + r.Name + "/{name}"
+		if r.Namespaced {
+			item = groupVersionPath(r.GroupVersion()) + "/namespaces/{namespace}/" + r.Name + "/{name}"
+		}
+		if got := doc.Paths[item].Patch.GVK["kind"]; got != r.Kind {
+			t.Errorf("%s: PATCH %s has kind %q", key, item, got)
+		}
 	}
-	if r := e.get("/openapi/v3/apis/batch/v1"); r.code != http.StatusNotFound {
-		t.Errorf("unknown document: %d", r.code)
+
+	var v2 struct {
+		Swagger     string                    `json:"swagger"`
+		Definitions map[string]map[string]any `json:"definitions"`
 	}
-	if r := e.get("/openapi/v2"); r.code != http.StatusNotFound {
-		t.Errorf("/openapi/v2: %d", r.code)
+	e.get("/openapi/v2").must(t, http.StatusOK, &v2)
+	for _, r := range resources.All() {
+		name := strings.NewReplacer("k8s.io/", "io.k8s.", "/", ".").Replace(reflect.TypeOf(r.New()).Elem().PkgPath()) + "." + r.Kind
+		if v2.Definitions[name]["x-kubernetes-group-version-kind"] == nil {
+			t.Errorf("v2 has no definition %s with its kind", name)
+		}
+	}
+	pb := e.doWire("GET", "/openapi/v2", "", "application/com.github.proto-openapi.spec.v2@v1.0+protobuf", nil)
+	if pb.code != http.StatusOK || pb.header.Get("Content-Type") != "application/com.github.proto-openapi.spec.v2.v1.0+protobuf" || len(pb.body) < 1000 {
+		t.Errorf("v2 protobuf: %d %q, %d bytes", pb.code, pb.header.Get("Content-Type"), len(pb.body))
+	}
+	pb = e.doWire("GET", ref.ServerRelativeURL, "", "application/com.github.proto-openapi.spec.v3@v1.0+protobuf", nil)
+	if pb.code != http.StatusOK || pb.header.Get("Content-Type") != "application/com.github.proto-openapi.spec.v3.v1.0+protobuf" {
+		t.Errorf("v3 protobuf: %d %q", pb.code, pb.header.Get("Content-Type"))
+	}
+}
+
+// servedGroups are the API groups of the served resources, in discovery
+// order (the core group left out).
+func servedGroups() []string {
+	var out []string
+	for _, r := range resources.All() {
+		if r.Group != "" && !slices.Contains(out, r.Group) {
+			out = append(out, r.Group)
+		}
+	}
+	// The access and token reviews, served for create only.
+	return append(out, "authentication.k8s.io", "authorization.k8s.io")
+}
+
+// TestDiscoveryReviews: the reviews and a ServiceAccount's token
+// subresource are listed with the single verb create, in the legacy and
+// the aggregated documents, as kube-apiserver lists them.
+func TestDiscoveryReviews(t *testing.T) {
+	e := newEnv(t)
+	var list metav1.APIResourceList
+	e.get("/apis/authorization.k8s.io/v1").must(t, http.StatusOK, &list)
+	var names []string
+	for _, r := range list.APIResources {
+		names = append(names, r.Name)
+		if !slices.Equal(r.Verbs, []string{"create"}) || (r.Namespaced != (r.Name == "localsubjectaccessreviews")) {
+			t.Errorf("%s: verbs %v namespaced %v", r.Name, r.Verbs, r.Namespaced)
+		}
+	}
+	if !slices.Equal(names, []string{"localsubjectaccessreviews", "selfsubjectaccessreviews", "selfsubjectrulesreviews", "subjectaccessreviews"}) {
+		t.Errorf("authorization.k8s.io/v1 lists %v", names)
+	}
+	e.get("/apis/authentication.k8s.io/v1").must(t, http.StatusOK, &list)
+	if len(list.APIResources) != 2 || list.APIResources[0].Kind != "SelfSubjectReview" || list.APIResources[1].Kind != "TokenReview" {
+		t.Errorf("authentication.k8s.io/v1 lists %+v", list.APIResources)
+	}
+	var groups apidiscoveryv2.APIGroupDiscoveryList
+	e.getAccept("/apis", kubectlDiscoveryAccept).must(t, http.StatusOK, &groups)
+	found := false
+	for _, g := range groups.Items {
+		for _, r := range g.Versions[0].Resources {
+			if r.Resource == "subjectaccessreviews" {
+				found = slices.Equal(r.Verbs, []string{"create"}) && r.ResponseKind.Kind == "SubjectAccessReview"
+			}
+		}
+	}
+	if !found {
+		t.Error("aggregated discovery lacks subjectaccessreviews with verb create")
 	}
 }

@@ -36,8 +36,15 @@ func (s *Server) statusError(err error) *apierrors.StatusError {
 	case errors.As(err, &storeErr) && storeErr.Kind != store.Internal:
 		st = s.storeStatus(storeErr)
 	case errors.As(err, &tooLarge):
-		st = apierrors.NewRequestEntityTooLargeError(
-			fmt.Sprintf("the request body is larger than the limit of %d bytes", tooLarge.Limit)).ErrStatus
+		// kube-apiserver's words (limitedReadBody in k8s.io/apiserver
+		// pkg/endpoints/handlers/rest.go).
+		st = apierrors.NewRequestEntityTooLargeError(fmt.Sprintf("limit is %d", tooLarge.Limit)).ErrStatus
+	case store.IsUnavailable(err):
+		// A cluster of servers without quorum, or electing its etcd leader
+		// (docs/ha.md): a clear, retryable answer instead of a 500.
+		s.log.Warn("etcd unavailable", "err", err)
+		st = apierrors.NewServiceUnavailable("etcd cannot commit now: a majority of the servers is unreachable or a leader election is under way; " +
+			"retry (a write that timed out may or may not have been applied)").ErrStatus
 	case errors.Is(err, context.DeadlineExceeded):
 		st = apierrors.NewTimeoutError("the request did not complete in the allowed time", 0).ErrStatus
 	case errors.Is(err, context.Canceled):
@@ -83,12 +90,9 @@ func (s *Server) storeStatus(e *store.Error) metav1.Status {
 	return apierrors.NewInternalError(e).ErrStatus
 }
 
-// conflictError is the 409 for a resourceVersion that does not match.
-func conflictError(gr schema.GroupResource, name string) error {
-	return apierrors.NewConflict(gr, name, errors.New(conflictMessage))
-}
-
-// writeError writes err as a Status response.
+// writeError writes err as a Status response, in protobuf or YAML when the
+// Accept header prefers them, else in JSON (ErrorNegotiated upstream: a
+// failed negotiation never hides the original error).
 func (s *Server) writeError(w http.ResponseWriter, req *http.Request, err error) {
 	se := s.statusError(err)
 	if se.ErrStatus.Code >= 500 {
@@ -101,7 +105,12 @@ func (s *Server) writeError(w http.ResponseWriter, req *http.Request, err error)
 		w.WriteHeader(code)
 		return
 	}
-	writeJSON(w, code, &se.ErrStatus)
+	out, ok := s.wire.negotiate(req.Header.Get("Accept"), plainRestrictions{})
+	if !ok {
+		writeJSON(w, code, &se.ErrStatus)
+		return
+	}
+	s.wire.write(w, code, out, "", &se.ErrStatus)
 }
 
 // writeJSON writes v as a JSON response with the given code.

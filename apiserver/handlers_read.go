@@ -10,10 +10,9 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/everynode/everynode/apiserver/strategy"
 	"github.com/everynode/everynode/resources"
 	"github.com/everynode/everynode/store"
 )
@@ -33,6 +32,7 @@ func (s *Server) getObject(ctx context.Context, c call) (resources.Object, error
 // listObjects lists the objects matching sel. The items may be shared with
 // the store's watch cache: callers must not modify them.
 func (s *Server) listObjects(ctx context.Context, c call, sel store.Selector) ([]resources.Object, int64, error) {
+	c.fields = sel.Field
 	if err := s.authorize(ctx, c, "list"); err != nil {
 		return nil, 0, err
 	}
@@ -61,7 +61,11 @@ func listObject(r *resources.Resource, items []resources.Object, rv int64) (runt
 }
 
 func (s *Server) serveGet(w http.ResponseWriter, req *http.Request, c call) error {
-	to, asTable, err := tableRequest(req)
+	out, err := s.wire.negotiateOutput(req, resourceRestrictions{})
+	if err != nil {
+		return err
+	}
+	to, asTable, err := tableRequest(req, out)
 	if err != nil {
 		return err
 	}
@@ -70,15 +74,53 @@ func (s *Server) serveGet(w http.ResponseWriter, req *http.Request, c call) erro
 		return err
 	}
 	if asTable {
-		writeJSON(w, http.StatusOK, s.newTable(c.r, []resources.Object{obj}, to, 0, true))
+		s.wire.write(w, http.StatusOK, out, "", s.newTable(c.r, []resources.Object{obj}, to, 0, true))
 		return nil
 	}
-	writeJSON(w, http.StatusOK, obj)
+	s.wire.write(w, http.StatusOK, out, "", obj)
+	return nil
+}
+
+// respond writes the object a write request produced: itself, or a one-row
+// Table when the client negotiated one (as kube-apiserver's
+// transformResponseObject does).
+func (s *Server) respond(w http.ResponseWriter, req *http.Request, code int, out output, r *resources.Resource, obj resources.Object) error {
+	to, asTable, err := tableRequest(req, out)
+	if err != nil {
+		return err
+	}
+	if asTable {
+		s.wire.write(w, code, out, "", s.newTable(r, []resources.Object{obj}, to, 0, true))
+		return nil
+	}
+	s.wire.write(w, code, out, "", obj)
+	return nil
+}
+
+// respondList writes a list response: the XxxList, or a Table of its items.
+func (s *Server) respondList(w http.ResponseWriter, req *http.Request, out output, r *resources.Resource, items []resources.Object, rv int64) error {
+	to, asTable, err := tableRequest(req, out)
+	if err != nil {
+		return err
+	}
+	if asTable {
+		s.wire.write(w, http.StatusOK, out, "", s.newTable(r, items, to, rv, true))
+		return nil
+	}
+	list, err := listObject(r, items, rv)
+	if err != nil {
+		return err
+	}
+	s.wire.write(w, http.StatusOK, out, "", list)
 	return nil
 }
 
 // serveList serves list, or watch when the query asks for it.
 func (s *Server) serveList(w http.ResponseWriter, req *http.Request, c call) error {
+	out, err := s.wire.negotiateOutput(req, resourceRestrictions{})
+	if err != nil {
+		return err
+	}
 	q := req.URL.Query()
 	if v := q.Get("watch"); v != "" {
 		watch, err := strconv.ParseBool(v)
@@ -94,55 +136,21 @@ func (s *Server) serveList(w http.ResponseWriter, req *http.Request, c call) err
 	if err != nil {
 		return err
 	}
-	to, asTable, err := tableRequest(req)
-	if err != nil {
+	if _, _, err := tableRequest(req, out); err != nil {
 		return err
 	}
 	items, rv, err := s.listObjects(req.Context(), c, sel)
 	if err != nil {
 		return err
 	}
-	if asTable {
-		writeJSON(w, http.StatusOK, s.newTable(c.r, items, to, rv, true))
-		return nil
-	}
-	list, err := listObject(c.r, items, rv)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, list)
-	return nil
+	return s.respondList(w, req, out, c.r, items, rv)
 }
 
-// parseSelector parses label and field selector strings. Field selectors may
-// name only the fields the store indexes for the resource (400 otherwise).
+// parseSelector parses label and field selector strings with the shared
+// rules (strategy.ParseSelector).
 func parseSelector(r *resources.Resource, labelSel, fieldSel string) (store.Selector, error) {
-	var sel store.Selector
-	if labelSel != "" {
-		ls, err := labels.Parse(labelSel)
-		if err != nil {
-			return sel, apierrors.NewBadRequest(fmt.Sprintf("unable to parse labelSelector %q: %v", labelSel, err))
-		}
-		if !ls.Empty() {
-			sel.Label = ls
-		}
-	}
-	if fieldSel != "" {
-		fs, err := fields.ParseSelector(fieldSel)
-		if err != nil {
-			return sel, apierrors.NewBadRequest(fmt.Sprintf("unable to parse fieldSelector %q: %v", fieldSel, err))
-		}
-		known := store.FieldSet(r, r.New())
-		for _, req := range fs.Requirements() {
-			if _, ok := known[req.Field]; !ok {
-				return sel, apierrors.NewBadRequest(fmt.Sprintf("field label not supported: %s", req.Field))
-			}
-		}
-		if !fs.Empty() {
-			sel.Field = fs
-		}
-	}
-	return sel, nil
+	ls, fs, err := strategy.ParseSelector(r, labelSel, fieldSel)
+	return store.Selector{Label: ls, Field: fs}, err
 }
 
 // parseResourceVersion parses a watch resourceVersion; "" means 0.
@@ -186,8 +194,11 @@ func (s *Server) serveReady(w http.ResponseWriter, req *http.Request) {
 	_, err := s.store.Get(ctx, resources.Namespaces, "", "default")
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	if err != nil && !store.IsNotFound(err) {
+		// Anyone may ask: the reason goes to the log, not to the caller, as
+		// kube-apiserver's readyz says "reason withheld".
+		s.log.Warn("readyz check failed", "check", "store", "err", err)
 		w.WriteHeader(http.StatusServiceUnavailable)
-		_, _ = fmt.Fprintf(w, "[-]store failed: %v\nreadyz check failed", err)
+		_, _ = w.Write([]byte("[-]store failed: reason withheld\nreadyz check failed"))
 		return
 	}
 	_, _ = w.Write([]byte("ok"))

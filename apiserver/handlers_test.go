@@ -318,31 +318,6 @@ func TestOpenEndpoints(t *testing.T) {
 	}
 }
 
-// TestMetrics: request counts, latencies, watch count and store latency appear.
-func TestMetrics(t *testing.T) {
-	e := newEnv(t)
-	e.createDS(newDS("agent"))
-	e.get(dsPath + "/agent")
-	e.get(dsPath + "/missing")
-	r := e.get("/metrics").must(t, http.StatusOK, nil)
-	body := string(r.body)
-	for _, want := range []string{
-		`apiserver_request_total{verb="create",resource="daemonsets",code="201"} 1`,
-		`apiserver_request_total{verb="get",resource="daemonsets",code="404"} 1`,
-		`apiserver_request_duration_seconds_bucket{verb="get",resource="daemonsets",le="+Inf"} 2`,
-		`apiserver_current_watches 0`,
-		`etcd_request_duration_seconds_count{operation="create",type="daemonsets"} 1`,
-		"# TYPE apiserver_request_duration_seconds histogram",
-	} {
-		if !strings.Contains(body, want) {
-			t.Errorf("metrics lack %q", want)
-		}
-	}
-	if ct := r.header.Get("Content-Type"); !strings.HasPrefix(ct, "text/plain") {
-		t.Errorf("Content-Type %q", ct)
-	}
-}
-
 // TestAuthorizer: the hook sees the request attributes and can forbid;
 // system:masters bypasses it.
 func TestAuthorizer(t *testing.T) {

@@ -9,21 +9,17 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	utilrand "k8s.io/apimachinery/pkg/util/rand"
 
 	"github.com/everynode/everynode/apiserver/strategy"
 	"github.com/everynode/everynode/resources"
 	"github.com/everynode/everynode/store"
 )
-
-// generateNameSuffix is the length of the random suffix added to generateName.
-const generateNameSuffix = 5
 
 // maxGenerateNameTries bounds retries when a generated name is taken.
 const maxGenerateNameTries = 5
@@ -32,20 +28,9 @@ const maxGenerateNameTries = 5
 // owned by the call and may be modified.
 func (s *Server) createObject(ctx context.Context, c call, obj resources.Object, dryRun bool) (resources.Object, error) {
 	r := c.r
-	if r.Namespaced {
-		switch ns := obj.GetNamespace(); {
-		case ns == "":
-			obj.SetNamespace(c.namespace)
-		case ns != c.namespace:
-			return nil, apierrors.NewBadRequest(fmt.Sprintf(
-				"the namespace of the provided object (%s) does not match the namespace sent on the request (%s)", ns, c.namespace))
-		}
-	} else {
-		obj.SetNamespace("")
-	}
-	generated := obj.GetName() == "" && obj.GetGenerateName() != ""
-	if generated {
-		obj.SetName(generateName(obj.GetGenerateName()))
+	generated, err := strategy.CreateKey(r, c.namespace, obj)
+	if err != nil {
+		return nil, err
 	}
 	c.name = obj.GetName()
 	c.object = obj
@@ -57,38 +42,55 @@ func (s *Server) createObject(ctx context.Context, c call, obj resources.Object,
 			return nil, err
 		}
 	}
-	r.SetTypeMeta(obj)
-	sent := obj.GetManagedFields()
-	strategy.Default(r, obj)
-	strategy.PrepareForCreate(r, obj, s.now(), s.newUID)
-	if errs := strategy.ValidateCreate(r, obj); len(errs) > 0 {
-		return nil, strategy.InvalidError(r, obj.GetName(), errs)
+	obj, err = s.writer.Create(c.op(), obj)
+	if err != nil {
+		return nil, err
 	}
-	obj = s.fields.track(c, nil, obj, sent)
-	r.SetTypeMeta(obj)
+	if err := s.admitObject(ctx, c, obj); err != nil {
+		return nil, err
+	}
+	if err := s.admitPodPriority(ctx, obj); err != nil {
+		return nil, err
+	}
+	if err := s.admitRBACWrite(ctx, c, obj, nil); err != nil {
+		return nil, err
+	}
+	if err := s.allocateService(ctx, obj, nil, dryRun); err != nil {
+		return nil, err
+	}
 	if dryRun {
-		return obj, nil
+		return s.dryRunCreate(ctx, r, obj, generated)
 	}
 	for try := 1; ; try++ {
 		out, err := s.store.Create(ctx, r, obj)
 		if err == nil {
+			noteCreated(ctx, out.GetName())
 			return withTypeMeta(r, out), nil
 		}
 		if !generated || !store.IsAlreadyExists(err) || try == maxGenerateNameTries {
 			return nil, err
 		}
-		obj.SetName(generateName(obj.GetGenerateName()))
+		obj.SetName(strategy.GenerateName(obj))
 	}
 }
 
-// generateName appends a random suffix to a generateName prefix, trimming the
-// prefix so the name stays a valid 63-character label.
-func generateName(prefix string) string {
-	const maxLen = 63
-	if len(prefix) > maxLen-generateNameSuffix {
-		prefix = prefix[:maxLen-generateNameSuffix]
+// dryRunCreate answers a dry-run create of obj, which passed every check
+// a create makes, as the write would — a name that is taken is a 409
+// AlreadyExists (a generated one is made again, as a create retries) — and
+// stores nothing, as kube-apiserver's dry-run storage does.
+func (s *Server) dryRunCreate(ctx context.Context, r *resources.Resource, obj resources.Object, generated bool) (resources.Object, error) {
+	for try := 1; ; try++ {
+		_, err := s.store.Get(ctx, r, obj.GetNamespace(), obj.GetName())
+		switch {
+		case store.IsNotFound(err):
+			return withTypeMeta(r, obj), nil
+		case err != nil:
+			return nil, err
+		case !generated || try == maxGenerateNameTries:
+			return nil, apierrors.NewAlreadyExists(r.GroupResource(), obj.GetName())
+		}
+		obj.SetName(strategy.GenerateName(obj))
 	}
-	return prefix + utilrand.String(generateNameSuffix)
 }
 
 // admitNamespace is NamespaceLifecycle for creates: the namespace must exist
@@ -102,8 +104,14 @@ func (s *Server) admitNamespace(ctx context.Context, namespace string) error {
 		return err
 	}
 	if ns, ok := obj.(*corev1.Namespace); ok && (ns.DeletionTimestamp != nil || ns.Status.Phase == corev1.NamespaceTerminating) {
-		return apierrors.NewForbidden(resources.Namespaces.GroupResource(), namespace,
+		err := apierrors.NewForbidden(resources.Namespaces.GroupResource(), namespace,
 			fmt.Errorf("unable to create new content in namespace %s because it is being terminated", namespace))
+		// As NamespaceLifecycle admission: the cause tells controllers to give up.
+		err.ErrStatus.Details.Causes = append(err.ErrStatus.Details.Causes, metav1.StatusCause{
+			Type: corev1.NamespaceTerminatingCause, Field: "metadata.namespace",
+			Message: fmt.Sprintf("namespace %s is being terminated", namespace),
+		})
+		return err
 	}
 	return nil
 }
@@ -123,11 +131,7 @@ func (s *Server) missingNamespace(ctx context.Context, c call, err error) error 
 // updateObject replaces an object (or its status when c.sub is "status").
 // A non-empty resourceVersion in obj must match the stored one.
 func (s *Server) updateObject(ctx context.Context, c call, obj resources.Object, dryRun bool) (resources.Object, error) {
-	if obj.GetName() != c.name {
-		return nil, apierrors.NewBadRequest(fmt.Sprintf(
-			"the name of the object (%s) does not match the name on the URL (%s)", obj.GetName(), c.name))
-	}
-	if err := checkNamespace(c, obj); err != nil {
+	if err := strategy.CheckKey(c.r, c.namespace, c.name, obj); err != nil {
 		return nil, err
 	}
 	c.object = obj
@@ -135,31 +139,13 @@ func (s *Server) updateObject(ctx context.Context, c call, obj resources.Object,
 		return nil, err
 	}
 	mutate := func(cur resources.Object) (resources.Object, error) {
-		if rv := obj.GetResourceVersion(); rv != "" && rv != cur.GetResourceVersion() {
-			return nil, conflictError(c.r.GroupResource(), c.name)
-		}
 		next := obj.DeepCopyObject().(resources.Object)
-		next.SetResourceVersion(cur.GetResourceVersion())
-		return s.prepareUpdate(c, next, cur)
+		if err := strategy.CheckResourceVersion(c.r, next, cur); err != nil {
+			return nil, err
+		}
+		return s.writer.Update(c.op(), next, cur)
 	}
 	return s.applyUpdate(ctx, c, "update", mutate, dryRun)
-}
-
-// checkNamespace fills an empty namespace from the request and rejects a
-// different one; cluster-scoped objects have none.
-func checkNamespace(c call, obj resources.Object) error {
-	if !c.r.Namespaced {
-		obj.SetNamespace("")
-		return nil
-	}
-	switch ns := obj.GetNamespace(); {
-	case ns == "":
-		obj.SetNamespace(c.namespace)
-	case ns != c.namespace:
-		return apierrors.NewBadRequest(fmt.Sprintf(
-			"the namespace of the object (%s) does not match the namespace on the request (%s)", ns, c.namespace))
-	}
-	return nil
 }
 
 // patchObject applies a patch to the stored object (or its status). strict
@@ -177,52 +163,42 @@ func (s *Server) patchObject(ctx context.Context, c call, pt types.PatchType, da
 		if err != nil {
 			return nil, err
 		}
-		if next.GetName() != c.name {
-			return nil, apierrors.NewBadRequest(fmt.Sprintf(
-				"the name of the object (%s) does not match the name on the URL (%s)", next.GetName(), c.name))
-		}
-		if err := checkNamespace(c, next); err != nil {
+		if err := strategy.CheckKey(c.r, c.namespace, c.name, next); err != nil {
 			return nil, err
 		}
-		if rv := next.GetResourceVersion(); rv != "" && rv != cur.GetResourceVersion() {
-			return nil, conflictError(c.r.GroupResource(), c.name)
+		if err := strategy.CheckResourceVersion(c.r, next, cur); err != nil {
+			return nil, err
 		}
-		next.SetResourceVersion(cur.GetResourceVersion())
-		return s.prepareUpdate(c, next, cur)
+		return s.writer.Update(c.op(), next, cur)
 	}
 	return s.applyUpdate(ctx, c, "patch", mutate, dryRun)
 }
 
-// prepareUpdate defaults, prepares and validates next against cur.
-func (s *Server) prepareUpdate(c call, next, cur resources.Object) (resources.Object, error) {
-	r := c.r
-	r.SetTypeMeta(next)
-	sent := next.GetManagedFields()
-	strategy.Default(r, next)
-	if c.sub == "status" {
-		strategy.PrepareForStatusUpdate(r, next, cur)
-	} else {
-		strategy.PrepareForUpdate(r, next, cur)
-	}
-	if errs := strategy.ValidateUpdate(r, next, cur); len(errs) > 0 {
-		return nil, strategy.InvalidError(r, next.GetName(), errs)
-	}
-	next = s.fields.track(c, cur, next, sent)
-	r.SetTypeMeta(next)
-	return next, nil
-}
-
 // applyUpdate runs mutate against the stored object with optimistic
 // concurrency, or once against a copy for a dry run, each time after the
-// authorizer admitted verb (update or patch) against that object. An update
+// authorizer admitted verb (update or patch) against that object, and
+// admits the result again before it is written. An update
 // that leaves an object being deleted without finalizers removes it.
 func (s *Server) applyUpdate(ctx context.Context, c call, verb string, mutateAdmitted func(cur resources.Object) (resources.Object, error), dryRun bool) (resources.Object, error) {
 	r := c.r
 	mutate := func(cur resources.Object) (resources.Object, error) {
-		if err := s.admitUpdate(ctx, c, verb, cur); err != nil {
+		if err := s.admitUpdate(ctx, c, verb, cur, nil); err != nil {
 			return nil, err
 		}
-		return mutateAdmitted(cur)
+		next, err := mutateAdmitted(cur)
+		if err != nil {
+			return nil, err
+		}
+		if err := s.admitUpdate(ctx, c, verb, cur, next); err != nil {
+			return nil, err
+		}
+		if err := s.admitRBACWrite(ctx, c, next, cur); err != nil {
+			return nil, err
+		}
+		if err := s.admitObject(ctx, c, next); err != nil {
+			return nil, err
+		}
+		return next, s.allocateService(ctx, next, cur, dryRun)
 	}
 	if dryRun {
 		cur, err := s.store.Get(ctx, r, c.namespace, c.name)
@@ -235,7 +211,7 @@ func (s *Server) applyUpdate(ctx context.Context, c call, verb string, mutateAdm
 	if err != nil {
 		return nil, s.missingNamespace(ctx, c, err)
 	}
-	if finishedDeleting(out) {
+	if strategy.FinishedDeleting(out) {
 		pre := &store.Preconditions{UID: string(out.GetUID()), ResourceVersion: out.GetResourceVersion()}
 		deleted, derr := s.store.Delete(ctx, r, c.namespace, c.name, pre)
 		switch {
@@ -250,46 +226,13 @@ func (s *Server) applyUpdate(ctx context.Context, c call, verb string, mutateAdm
 	return withTypeMeta(r, out), nil
 }
 
-// finishedDeleting reports whether an object marked for deletion has nothing
-// left to wait for: no finalizers and no grace period running.
-func finishedDeleting(obj resources.Object) bool {
-	if obj.GetDeletionTimestamp() == nil || len(obj.GetFinalizers()) > 0 {
-		return false
-	}
-	g := obj.GetDeletionGracePeriodSeconds()
-	return g == nil || *g == 0
-}
-
-// bodyMediaType returns the request body's media type, defaulting to JSON,
-// or a 415 for types the server does not decode.
-func bodyMediaType(req *http.Request) (string, error) {
-	ct := req.Header.Get("Content-Type")
-	if ct == "" {
-		return "application/json", nil
-	}
-	mt, _, err := mime.ParseMediaType(ct)
-	if err != nil {
-		return "", unsupportedMediaType(ct, "application/json, application/yaml")
-	}
-	switch mt {
-	case "application/json":
-		return mt, nil
-	case "application/yaml", "application/x-yaml", "text/yaml":
-		return "application/yaml", nil
-	}
-	return "", unsupportedMediaType(ct, "application/json, application/yaml")
-}
-
-func unsupportedMediaType(ct, accepted string) error {
-	return &apierrors.StatusError{ErrStatus: metav1.Status{
-		Status: metav1.StatusFailure, Code: http.StatusUnsupportedMediaType,
-		Reason:  metav1.StatusReasonUnsupportedMediaType,
-		Message: fmt.Sprintf("the body of the request was in an unknown format (%q) - accepted media types include: %s", ct, accepted),
-	}}
-}
-
 // readBody reads the request body, refusing more than the server's limit.
 func (s *Server) readBody(w http.ResponseWriter, req *http.Request) ([]byte, error) {
+	if req.ContentLength > s.maxBody {
+		// Refused unread; the connection closes, so the rest need not be read.
+		closeConnection(w)
+		return nil, &http.MaxBytesError{Limit: s.maxBody}
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, s.maxBody))
 	if err != nil {
 		var tooLarge *http.MaxBytesError
@@ -301,11 +244,12 @@ func (s *Server) readBody(w http.ResponseWriter, req *http.Request) ([]byte, err
 	return body, nil
 }
 
-// decodeBody reads and decodes an object body with the request's
-// fieldValidation: Strict fails on unknown or duplicate fields, Warn (the
-// default) accepts them with a Warning header, Ignore accepts them silently.
+// decodeBody reads and decodes an object body (JSON, YAML or protobuf) with
+// the request's fieldValidation: Strict fails on unknown or duplicate fields,
+// Warn (the default) accepts them with a Warning header, Ignore accepts them
+// silently.
 func (s *Server) decodeBody(w http.ResponseWriter, req *http.Request, r *resources.Resource) (resources.Object, error) {
-	mt, err := bodyMediaType(req)
+	mt, err := s.wire.inputMediaType(req)
 	if err != nil {
 		return nil, err
 	}
@@ -316,6 +260,11 @@ func (s *Server) decodeBody(w http.ResponseWriter, req *http.Request, r *resourc
 	body, err := s.readBody(w, req)
 	if err != nil {
 		return nil, err
+	}
+	if mt == runtime.ContentTypeProtobuf {
+		// Protobuf has no strict decoding: unknown fields are dropped
+		// without a warning, whatever fieldValidation says (as upstream).
+		return s.wire.decodeProtobuf(r, body)
 	}
 	if validation == "Ignore" {
 		return strategy.Decode(r, mt, body, false)
@@ -378,21 +327,14 @@ func (s *Server) patchParams(w http.ResponseWriter, req *http.Request) (dry, str
 
 // dryRunParam reads the dryRun query values: "All" is the only one accepted.
 func dryRunParam(q url.Values) (bool, error) {
-	return parseDryRun(q["dryRun"])
-}
-
-func parseDryRun(values []string) (bool, error) {
-	dry := false
-	for _, v := range values {
-		if v != metav1.DryRunAll {
-			return false, apierrors.NewBadRequest(fmt.Sprintf("invalid dryRun value %q: the only supported value is All", v))
-		}
-		dry = true
-	}
-	return dry, nil
+	return strategy.ParseDryRun(q["dryRun"])
 }
 
 func (s *Server) serveCreate(w http.ResponseWriter, req *http.Request, c call) error {
+	out, err := s.wire.negotiateOutput(req, resourceRestrictions{})
+	if err != nil {
+		return err
+	}
 	dry, err := dryRunParam(req.URL.Query())
 	if err != nil {
 		return err
@@ -401,15 +343,19 @@ func (s *Server) serveCreate(w http.ResponseWriter, req *http.Request, c call) e
 	if err != nil {
 		return err
 	}
-	out, err := s.createObject(req.Context(), c, obj, dry)
+	res, err := s.createObject(req.Context(), c, obj, dry)
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusCreated, out)
-	return nil
+	warnStoredOnly(w, c.r)
+	return s.respond(w, req, http.StatusCreated, out, c.r, res)
 }
 
 func (s *Server) serveUpdate(w http.ResponseWriter, req *http.Request, c call) error {
+	out, err := s.wire.negotiateOutput(req, resourceRestrictions{})
+	if err != nil {
+		return err
+	}
 	dry, err := dryRunParam(req.URL.Query())
 	if err != nil {
 		return err
@@ -418,12 +364,12 @@ func (s *Server) serveUpdate(w http.ResponseWriter, req *http.Request, c call) e
 	if err != nil {
 		return err
 	}
-	out, err := s.updateObject(req.Context(), c, obj, dry)
+	res, err := s.updateObject(req.Context(), c, obj, dry)
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, out)
-	return nil
+	warnStoredOnly(w, c.r)
+	return s.respond(w, req, http.StatusOK, out, c.r, res)
 }
 
 // patchTypes maps the accepted patch media types.
@@ -435,13 +381,21 @@ func patchType(ct string) (types.PatchType, error) {
 			return pt, nil
 		}
 	}
-	return "", unsupportedMediaType(ct, strings.Join([]string{
-		string(types.JSONPatchType), string(types.MergePatchType), string(types.StrategicMergePatchType)}, ", "))
+	return "", unsupportedMediaType(patchMediaTypes)
 }
 
+// patchMediaTypes are the patch bodies accepted, in kube-apiserver's order
+// (k8s.io/apiserver pkg/endpoints/installer.go).
+var patchMediaTypes = []string{string(types.JSONPatchType), string(types.MergePatchType),
+	string(types.StrategicMergePatchType), string(types.ApplyYAMLPatchType)}
+
 func (s *Server) servePatch(w http.ResponseWriter, req *http.Request, c call) error {
+	out, err := s.wire.negotiateOutput(req, resourceRestrictions{})
+	if err != nil {
+		return err
+	}
 	if mt, _, _ := mime.ParseMediaType(req.Header.Get("Content-Type")); mt == string(types.ApplyYAMLPatchType) && c.sub == "" {
-		return s.serveApply(w, req, c)
+		return s.serveApply(w, req, c, out)
 	}
 	pt, err := patchType(req.Header.Get("Content-Type"))
 	if err != nil {
@@ -451,10 +405,10 @@ func (s *Server) servePatch(w http.ResponseWriter, req *http.Request, c call) er
 	if err != nil {
 		return err
 	}
-	out, err := s.patchObject(req.Context(), c, pt, body, strict, dry)
+	res, err := s.patchObject(req.Context(), c, pt, body, strict, dry)
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, out)
-	return nil
+	warnStoredOnly(w, c.r)
+	return s.respond(w, req, http.StatusOK, out, c.r, res)
 }

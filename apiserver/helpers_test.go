@@ -102,6 +102,7 @@ type resp struct {
 	code   int
 	header http.Header
 	body   []byte
+	close  bool // the answer said Connection: close
 }
 
 // req describes one request; the zero token means the admin token.
@@ -136,7 +137,7 @@ func (e *env) do(r req) resp {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	return resp{code: res.StatusCode, header: res.Header, body: b}
+	return resp{code: res.StatusCode, header: res.Header, body: b, close: res.Close}
 }
 
 func (e *env) get(path string) resp { return e.do(req{method: "GET", path: path}) }

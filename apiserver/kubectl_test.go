@@ -210,7 +210,8 @@ metadata:
         image: ` + image + "\n"
 }
 
-// redisManifest is shared/manifests/redis-ds.yaml, the tutorial's DaemonSet.
+// redisManifest is the redis-ds DaemonSet of the tutorial docs/cli.md walks
+// through (the same file as apiserver/strategy/testdata/redis-ds.yaml).
 const redisManifest = `apiVersion: apps/v1
 kind: DaemonSet
 metadata:
@@ -239,7 +240,8 @@ spec:
           operator: Exists
 `
 
-// fluentdManifest is shared/manifests/fluentd-elasticsearch.yaml (resources,
+// fluentdManifest is the DaemonSet example of the Kubernetes documentation
+// (apiserver/strategy/testdata/fluentd-elasticsearch.yaml; resources,
 // volumes, tolerations; namespace kube-system).
 const fluentdManifest = `apiVersion: apps/v1
 kind: DaemonSet

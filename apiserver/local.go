@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 
+	"github.com/everynode/everynode/apiserver/strategy"
 	"github.com/everynode/everynode/client"
 	"github.com/everynode/everynode/resources"
 )
@@ -51,36 +52,6 @@ func own(r *resources.Resource, obj resources.Object) client.Object {
 	c := obj.DeepCopyObject().(resources.Object)
 	r.SetTypeMeta(c)
 	return c
-}
-
-// input resolves an object's resource and returns a private copy to write.
-func input(obj client.Object) (*resources.Resource, resources.Object, error) {
-	if obj == nil {
-		return nil, nil, apierrors.NewBadRequest("no object given")
-	}
-	r := resources.ForObject(obj)
-	if r == nil {
-		return nil, nil, apierrors.NewBadRequest(fmt.Sprintf("unsupported object type %T", obj))
-	}
-	if gvk := obj.GetObjectKind().GroupVersionKind(); !gvk.Empty() && gvk != r.GVK() {
-		return nil, nil, apierrors.NewBadRequest(fmt.Sprintf(
-			"the object's apiVersion/kind %s does not match its type %s", gvk, r.GVK()))
-	}
-	c := obj.DeepCopyObject().(resources.Object)
-	r.SetTypeMeta(c)
-	return r, c, nil
-}
-
-// objectNamespace is the namespace a write of obj goes to: its own, or
-// "default" for a namespaced object without one.
-func objectNamespace(r *resources.Resource, obj resources.Object) string {
-	if !r.Namespaced {
-		return ""
-	}
-	if ns := obj.GetNamespace(); ns != "" {
-		return ns
-	}
-	return metav1.NamespaceDefault
 }
 
 func dryRunOf(opts client.WriteOptions) bool { return opts.DryRun }
@@ -157,11 +128,11 @@ func (l *localClient) watch(ctx context.Context, r *resources.Resource, namespac
 }
 
 func (l *localClient) Create(ctx context.Context, obj client.Object, opts client.WriteOptions) (client.Object, error) {
-	r, c, err := input(obj)
+	r, c, err := strategy.ClientInput(obj)
 	if err != nil {
 		return nil, err
 	}
-	cl := l.call(r, objectNamespace(r, c), c.GetName(), "")
+	cl := l.call(r, strategy.WriteNamespace(r, c), c.GetName(), "")
 	cl.manager = opts.FieldManager
 	out, err := l.s.createObject(ctx, cl, c, dryRunOf(opts))
 	if err != nil {
@@ -179,14 +150,14 @@ func (l *localClient) UpdateStatus(ctx context.Context, obj client.Object, opts 
 }
 
 func (l *localClient) update(ctx context.Context, obj client.Object, opts client.WriteOptions, sub string) (client.Object, error) {
-	r, c, err := input(obj)
+	r, c, err := strategy.ClientInput(obj)
 	if err != nil {
 		return nil, err
 	}
 	if sub != "" && !hasSubresource(r, sub) {
 		return nil, l.err(apierrors.NewNotFound(r.GroupResource(), c.GetName()+"/"+sub))
 	}
-	cl := l.call(r, objectNamespace(r, c), c.GetName(), sub)
+	cl := l.call(r, strategy.WriteNamespace(r, c), c.GetName(), sub)
 	cl.manager = opts.FieldManager
 	out, err := l.s.updateObject(ctx, cl, c, dryRunOf(opts))
 	if err != nil {

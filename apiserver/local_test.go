@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 
+	"github.com/everynode/everynode/apiserver/strategy"
 	"github.com/everynode/everynode/client"
 	"github.com/everynode/everynode/resources"
 	"github.com/everynode/everynode/store"
@@ -99,7 +100,7 @@ func TestLocalClientParity(t *testing.T) {
 	}
 	orphan := metav1.DeletePropagationOrphan
 	obj, err = c.Delete(ctx, resources.DaemonSets, "default", "good", metav1.DeleteOptions{PropagationPolicy: &orphan})
-	if err != nil || obj.GetDeletionTimestamp() == nil || obj.GetFinalizers()[0] != FinalizerOrphan {
+	if err != nil || obj.GetDeletionTimestamp() == nil || obj.GetFinalizers()[0] != strategy.FinalizerOrphan {
 		t.Fatalf("Delete orphan: %v %v", err, obj)
 	}
 }

@@ -1,18 +1,14 @@
 package apiserver
 
 import (
-	"bufio"
-	"cmp"
 	"context"
-	"fmt"
 	"net/http"
-	"slices"
 	"strconv"
-	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/everynode/everynode/resources"
@@ -25,133 +21,70 @@ func latencyBuckets() []float64 {
 	return []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
 }
 
-// histogram is a cumulative Prometheus histogram.
-type histogram struct {
-	counts []uint64 // per bucket, not cumulative; len(bounds)+1 with +Inf last
-	sum    float64
-	count  uint64
-}
-
-type requestKey struct {
-	verb, resource string
-	code           int
-}
-
-type latencyKey struct{ a, b string }
-
-// metrics counts what /metrics reports. Safe for concurrent use.
+// metrics holds what /metrics reports, on a registry the Server owns (no
+// global default registry), with the Go runtime and process collectors every
+// exporter registers. Safe for concurrent use.
 type metrics struct {
-	bounds []float64
-	mu     sync.Mutex
-	reqs   map[requestKey]uint64
-	reqLat map[latencyKey]*histogram // verb, resource
-	stLat  map[latencyKey]*histogram // operation, resource
-	// watches is the number of open watch streams (HTTP and in process).
-	watches atomic.Int64
+	reg     *prometheus.Registry
+	reqs    *prometheus.CounterVec   // verb, resource, code
+	reqLat  *prometheus.HistogramVec // verb, resource
+	stLat   *prometheus.HistogramVec // operation, type
+	watches prometheus.Gauge         // open watch streams, HTTP and in process
+	http    http.Handler             // serves reg
 }
 
 func newMetrics() *metrics {
-	return &metrics{
-		bounds: latencyBuckets(),
-		reqs:   map[requestKey]uint64{},
-		reqLat: map[latencyKey]*histogram{},
-		stLat:  map[latencyKey]*histogram{},
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		reqs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "apiserver_request_total",
+			Help: "Counter of API requests by verb, resource and HTTP response code.",
+		}, []string{"verb", "resource", "code"}),
+		reqLat: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "apiserver_request_duration_seconds",
+			Help:    "Latency of API requests (watches excluded) by verb and resource, in seconds.",
+			Buckets: latencyBuckets(),
+		}, []string{"verb", "resource"}),
+		stLat: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "etcd_request_duration_seconds",
+			Help:    "Latency of store (etcd and watch cache) calls by operation and resource, in seconds.",
+			Buckets: latencyBuckets(),
+		}, []string{"operation", "type"}),
+		watches: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "apiserver_current_watches",
+			Help: "Number of open watch streams.",
+		}),
 	}
-}
-
-func (m *metrics) observe(hs map[latencyKey]*histogram, k latencyKey, d time.Duration) {
-	h := hs[k]
-	if h == nil {
-		h = &histogram{counts: make([]uint64, len(m.bounds)+1)}
-		hs[k] = h
-	}
-	sec := d.Seconds()
-	i, _ := slices.BinarySearch(m.bounds, sec)
-	h.counts[i]++
-	h.sum += sec
-	h.count++
+	m.reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		m.reqs, m.reqLat, m.stLat, m.watches,
+	)
+	m.http = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
+	return m
 }
 
 // observeRequest records one finished HTTP request. Watches are counted but
 // not timed: their duration is the client's choice.
 func (m *metrics) observeRequest(verb, resource string, code int, d time.Duration) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.reqs[requestKey{verb, resource, code}]++
+	m.reqs.WithLabelValues(verb, resource, strconv.Itoa(code)).Inc()
 	if verb != "watch" {
-		m.observe(m.reqLat, latencyKey{verb, resource}, d)
+		m.reqLat.WithLabelValues(verb, resource).Observe(d.Seconds())
 	}
 }
 
 func (m *metrics) observeStore(op, resource string, d time.Duration) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.observe(m.stLat, latencyKey{op, resource}, d)
+	m.stLat.WithLabelValues(op, resource).Observe(d.Seconds())
 }
 
-func (m *metrics) watchStarted() { m.watches.Add(1) }
-func (m *metrics) watchEnded()   { m.watches.Add(-1) }
+func (m *metrics) watchStarted() { m.watches.Inc() }
+func (m *metrics) watchEnded()   { m.watches.Dec() }
 
-// write renders the metrics in the Prometheus text exposition format.
-func (m *metrics) write(w *bufio.Writer) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	fmt.Fprintln(w, "# HELP apiserver_request_total Counter of API requests by verb, resource and HTTP response code.")
-	fmt.Fprintln(w, "# TYPE apiserver_request_total counter")
-	keys := make([]requestKey, 0, len(m.reqs))
-	for k := range m.reqs {
-		keys = append(keys, k)
-	}
-	slices.SortFunc(keys, func(a, b requestKey) int {
-		return cmp.Or(cmp.Compare(a.verb, b.verb), cmp.Compare(a.resource, b.resource), cmp.Compare(a.code, b.code))
-	})
-	for _, k := range keys {
-		fmt.Fprintf(w, "apiserver_request_total{verb=%s,resource=%s,code=\"%d\"} %d\n",
-			quoteLabel(k.verb), quoteLabel(k.resource), k.code, m.reqs[k])
-	}
-	m.writeHistograms(w, "apiserver_request_duration_seconds",
-		"Latency of API requests (watches excluded) by verb and resource, in seconds.", "verb", "resource", m.reqLat)
-	fmt.Fprintln(w, "# HELP apiserver_current_watches Number of open watch streams.")
-	fmt.Fprintln(w, "# TYPE apiserver_current_watches gauge")
-	fmt.Fprintf(w, "apiserver_current_watches %d\n", m.watches.Load())
-	m.writeHistograms(w, "etcd_request_duration_seconds",
-		"Latency of store (etcd and watch cache) calls by operation and resource, in seconds.", "operation", "type", m.stLat)
-}
-
-func (m *metrics) writeHistograms(w *bufio.Writer, name, help, la, lb string, hs map[latencyKey]*histogram) {
-	fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name)
-	keys := make([]latencyKey, 0, len(hs))
-	for k := range hs {
-		keys = append(keys, k)
-	}
-	slices.SortFunc(keys, func(x, y latencyKey) int { return cmp.Or(cmp.Compare(x.a, y.a), cmp.Compare(x.b, y.b)) })
-	for _, k := range keys {
-		h := hs[k]
-		labels := fmt.Sprintf("%s=%s,%s=%s", la, quoteLabel(k.a), lb, quoteLabel(k.b))
-		var cum uint64
-		for i, bound := range m.bounds {
-			cum += h.counts[i]
-			fmt.Fprintf(w, "%s_bucket{%s,le=\"%s\"} %d\n", name, labels, strconv.FormatFloat(bound, 'g', -1, 64), cum)
-		}
-		fmt.Fprintf(w, "%s_bucket{%s,le=\"+Inf\"} %d\n", name, labels, h.count)
-		fmt.Fprintf(w, "%s_sum{%s} %s\n", name, labels, strconv.FormatFloat(h.sum, 'g', -1, 64))
-		fmt.Fprintf(w, "%s_count{%s} %d\n", name, labels, h.count)
-	}
-}
-
-// quoteLabel quotes a label value as the exposition format wants.
-func quoteLabel(v string) string {
-	v = strings.ReplaceAll(v, `\`, `\\`)
-	v = strings.ReplaceAll(v, "\n", `\n`)
-	return `"` + strings.ReplaceAll(v, `"`, `\"`) + `"`
-}
-
+// serveMetrics serves the registry in the exposition format the scraper
+// negotiates (Prometheus text by default).
 func (s *Server) serveMetrics(w http.ResponseWriter, req *http.Request) {
 	setScope(req.Context(), "get", "")
-	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-	bw := bufio.NewWriter(w)
-	s.metrics.write(bw)
-	_ = bw.Flush()
+	s.metrics.http.ServeHTTP(w, req)
 }
 
 // instrumentedStore times every store call for etcd_request_duration_seconds.

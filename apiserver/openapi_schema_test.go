@@ -52,7 +52,7 @@ func TestOpenAPISchemas(t *testing.T) {
 	if !strings.Contains(toJSONString(t, prop(apps, "io.k8s.api.apps.v1.DaemonSet", "spec")), `"$ref":"#/components/schemas/io.k8s.api.apps.v1.DaemonSetSpec"`) {
 		t.Errorf("spec is not a reference")
 	}
-	if req := toJSONString(t, apps["io.k8s.api.apps.v1.DaemonSetSpec"]["required"]); req != `["template"]` {
+	if req := toJSONString(t, apps["io.k8s.api.apps.v1.DaemonSetSpec"]["required"]); req != `["selector","template"]` {
 		t.Errorf("DaemonSetSpec required %s", req)
 	}
 	containers := prop(apps, "io.k8s.api.core.v1.PodSpec", "containers")
@@ -65,7 +65,7 @@ func TestOpenAPISchemas(t *testing.T) {
 	if ports := prop(core, "io.k8s.api.core.v1.Container", "ports"); toJSONString(t, ports["x-kubernetes-list-map-keys"]) != `["containerPort","protocol"]` {
 		t.Errorf("ports %v", ports)
 	}
-	if ios := core["io.k8s.apimachinery.pkg.util.intstr.IntOrString"]; ios["format"] != "int-or-string" || ios["x-kubernetes-int-or-string"] != true {
+	if ios := core["io.k8s.apimachinery.pkg.util.intstr.IntOrString"]; ios["format"] != "int-or-string" {
 		t.Errorf("IntOrString %v", ios)
 	}
 	if ts := core["io.k8s.apimachinery.pkg.apis.meta.v1.Time"]; ts["type"] != "string" || ts["format"] != "date-time" {

@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/everynode/everynode/client"
 	"github.com/everynode/everynode/resources"
 )
 
@@ -38,8 +39,19 @@ func (s *Server) routes() *http.ServeMux {
 		s.resourceRoutes(mux, r)
 	}
 	mux.Handle(podLogPath, s.adapt(resources.Pods, "log", "get", s.servePodLog))
-	mux.HandleFunc("GET /openapi/v3", s.serveOpenAPIRoot)
-	mux.HandleFunc("GET /openapi/v3/{path...}", s.serveOpenAPIDoc)
+	s.reviewRoutes(mux)
+	mux.HandleFunc("POST "+client.RotateJoinTokenPath, s.serveRotateJoinToken)
+	mux.HandleFunc("POST "+client.RemoveServerPath, s.serveRemoveServer)
+	mux.HandleFunc("POST "+client.RotateEncryptionKeyPath, s.serveRotateEncryptionKey)
+	mux.HandleFunc("GET "+ConnectedNodesPath, s.serveConnectedNodes)
+	if s.images != nil {
+		// Authorized as non-resource paths (verb: the HTTP method).
+		mux.Handle(imagesPath, s.images)
+		mux.Handle(blobsPath, s.images)
+	}
+	if err := s.openapi.register(prefixMux{mux}); err != nil {
+		panic(err) // cannot happen: registering on a ServeMux does not fail
+	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, req *http.Request) {
 		s.writeError(w, req, errNotFoundPath(req))
 	})
@@ -197,3 +209,10 @@ func (r *statusRecorder) Flush() {
 }
 
 func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
+// The image store's paths (package images serves them; apiserver does not
+// import it, to keep the store's dependencies out of API tests).
+const (
+	imagesPath = "/everynode/v1/images"
+	blobsPath  = "/everynode/v1/blobs/"
+)

@@ -2,11 +2,9 @@ package apiserver
 
 import (
 	"fmt"
-	"mime"
 	"net/http"
 	"net/url"
 	"strconv"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -19,39 +17,26 @@ import (
 	"github.com/everynode/everynode/resources"
 )
 
-// tableOptions is a request for server-side printing (REFERENCE-kubectl.md
-// §2.4): the Accept header asked for application/json;as=Table;g=meta.k8s.io
-// with v=v1 or v1beta1.
+// tableOptions is a request for server-side printing
+// (docs/kubectl-wire.md §2.4): the negotiated Accept clause asked for
+// as=Table;g=meta.k8s.io with v=v1 or v1beta1 in JSON or YAML.
 type tableOptions struct {
 	version string // "v1" or "v1beta1"
 	include metav1.IncludeObjectPolicy
 }
 
-// tableRequest reports whether req asks for a Table, and how rows carry their
-// object (the includeObject parameter: Metadata by default, Object, None).
-// Table is chosen when any acceptable media type names it, as kubectl always
-// lists it first.
-func tableRequest(req *http.Request) (tableOptions, bool, error) {
-	var o tableOptions
-	for _, part := range strings.Split(strings.Join(req.Header.Values("Accept"), ","), ",") {
-		mt, params, err := mime.ParseMediaType(strings.TrimSpace(part))
-		if err != nil || mt != "application/json" || params["as"] != "Table" || params["g"] != metav1.GroupName {
-			continue
-		}
-		if v := params["v"]; v == "v1" || v == "v1beta1" {
-			o.version = v
-			break
-		}
-	}
-	if o.version == "" {
-		return o, false, nil
+// tableRequest reports whether the negotiated output is a Table, and how rows
+// carry their object (the includeObject parameter: Metadata by default,
+// Object, None).
+func tableRequest(req *http.Request, out output) (tableOptions, bool, error) {
+	if out.convert == nil || !isTable(out.convert) {
+		return tableOptions{}, false, nil
 	}
 	inc, err := includeObjectParam(req.URL.Query())
 	if err != nil {
-		return o, false, err
+		return tableOptions{}, false, err
 	}
-	o.include = inc
-	return o, true, nil
+	return tableOptions{version: out.convert.Version, include: inc}, true, nil
 }
 
 func includeObjectParam(q url.Values) (metav1.IncludeObjectPolicy, error) {

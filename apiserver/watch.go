@@ -1,8 +1,11 @@
 package apiserver
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"strconv"
@@ -12,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer/streaming"
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/everynode/everynode/resources"
@@ -49,6 +53,7 @@ type watchStream struct {
 // openWatch authorizes and opens a watch. A resourceVersion too old to
 // serve yields a single ERROR event with a 410 Status, as Kubernetes does.
 func (s *Server) openWatch(ctx context.Context, c call, o watchOptions) (*watchStream, error) {
+	c.fields = o.sel.Field
 	if err := s.authorize(ctx, c, "watch"); err != nil {
 		return nil, err
 	}
@@ -232,14 +237,20 @@ func parseWatchOptions(r *resources.Resource, req *http.Request) (watchOptions, 
 	return o, nil
 }
 
-// serveWatch streams events as newline-separated JSON, flushing the headers at
-// once and after every event.
+// serveWatch streams events, flushing the headers at once and after every
+// event: newline-separated JSON objects, or with protobuf length-prefixed
+// metav1.WatchEvent frames whose objects are protobuf runtime.Unknown
+// envelopes (serveWatchHandler in k8s.io/apiserver pkg/endpoints/handlers/watch.go).
 func (s *Server) serveWatch(w http.ResponseWriter, req *http.Request, c call) error {
+	out, err := s.wire.negotiateStream(req, resourceRestrictions{})
+	if err != nil {
+		return err
+	}
 	o, err := parseWatchOptions(c.r, req)
 	if err != nil {
 		return err
 	}
-	to, asTable, err := tableRequest(req)
+	to, asTable, err := tableRequest(req, out)
 	if err != nil {
 		return err
 	}
@@ -251,7 +262,11 @@ func (s *Server) serveWatch(w http.ResponseWriter, req *http.Request, c call) er
 	s.metrics.watchStarted()
 	defer s.metrics.watchEnded()
 	rc := http.NewResponseController(w)
-	w.Header().Set("Content-Type", "application/json")
+	contentType := runtime.ContentTypeJSON
+	if !out.isJSON() {
+		contentType = out.info.MediaType + ";stream=watch"
+	}
+	w.Header().Set("Content-Type", contentType)
 	w.Header().Set("Cache-Control", "no-cache, private")
 	w.WriteHeader(http.StatusOK)
 	if err := rc.Flush(); err != nil {
@@ -261,9 +276,12 @@ func (s *Server) serveWatch(w http.ResponseWriter, req *http.Request, c call) er
 		}
 		return nil
 	}
+	encode := jsonEvents(w)
+	if !out.isJSON() {
+		encode = s.wire.streamEvents(w, out)
+	}
 	// The stream is written from this goroutine: no goroutine per watch
 	// besides the request's own.
-	enc := json.NewEncoder(w)
 	st.run(ctx, s.ctx, nil, false, func(ev watch.Event) bool {
 		if ev.Type == watch.Bookmark && !o.bookmark {
 			return true
@@ -274,10 +292,34 @@ func (s *Server) serveWatch(w http.ResponseWriter, req *http.Request, c call) er
 			// first one (the synthetic ADDED of a single-object watch).
 			obj = s.tableEvent(c.r, ev, to, true)
 		}
-		if err := enc.Encode(watchEvent{Type: ev.Type, Object: obj}); err != nil {
+		if err := encode(ev.Type, obj); err != nil {
+			s.log.Debug("watch: write event", "err", err)
 			return false // the client went away
 		}
 		return rc.Flush() == nil
 	})
 	return nil
+}
+
+// jsonEvents writes events as newline-separated JSON.
+func jsonEvents(w io.Writer) func(watch.EventType, runtime.Object) error {
+	enc := json.NewEncoder(w)
+	return func(t watch.EventType, obj runtime.Object) error {
+		return enc.Encode(watchEvent{Type: t, Object: obj})
+	}
+}
+
+// streamEvents writes events in a non-JSON stream encoding: each object is
+// encoded by the negotiated serializer into a metav1.WatchEvent, which the
+// stream serializer writes as one frame.
+func (wr *wire) streamEvents(w io.Writer, out output) func(watch.EventType, runtime.Object) error {
+	stream := streaming.NewEncoder(out.info.StreamSerializer.Framer.NewFrameWriter(w), out.info.StreamSerializer.Serializer)
+	var buf bytes.Buffer
+	return func(t watch.EventType, obj runtime.Object) error {
+		buf.Reset()
+		if err := out.info.Serializer.Encode(obj, &buf); err != nil {
+			return fmt.Errorf("encode %s event: %w", t, err)
+		}
+		return stream.Encode(&metav1.WatchEvent{Type: string(t), Object: runtime.RawExtension{Raw: buf.Bytes()}})
+	}
 }

@@ -151,23 +151,6 @@ func TestWatchSendInitialEvents(t *testing.T) {
 	}
 }
 
-// TestWatchCountMetric: open watches are counted and uncounted.
-func TestWatchCountMetric(t *testing.T) {
-	e := newEnv(t)
-	w := e.watch(podsPath + "?watch=true&timeoutSeconds=1")
-	if n := e.s.metrics.watches.Load(); n != 1 {
-		t.Errorf("watches %d while one is open", n)
-	}
-	w.waitEnd(10 * time.Second)
-	deadline := time.Now().Add(5 * time.Second)
-	for e.s.metrics.watches.Load() != 0 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if n := e.s.metrics.watches.Load(); n != 0 {
-		t.Errorf("watches %d after the stream ended", n)
-	}
-}
-
 // TestWatchGone: a resourceVersion the store cannot serve ends the stream
 // with an ERROR event carrying a 410 Status, as Kubernetes does.
 func TestWatchGone(t *testing.T) {

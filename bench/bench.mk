@@ -1,13 +1,25 @@
 # The fleet benchmark (issue 7), included by the top-level Makefile.
 #
 #   make bench-fleet         runs "everynode bench fleet" at 100 nodes (rollout),
-#                            100 nodes with gossip (failure detection) and 1,000
-#                            nodes (rollout), then writes docs/benchmarks.md
+#                            100 nodes with gossip (failure detection), 1,000
+#                            nodes (rollout), and 1,000 nodes with 5 % of them
+#                            stopped mid-rollout, under everynode's rule and
+#                            under Kubernetes' (unreachable-blocks), then writes
+#                            docs/benchmarks.md
 #   make bench-fleet BIG=1   adds a 5,000-node run
 #   make bench-soak          the 10-minute soak: 100 nodes with gossip, one agent
 #                            process per node, 2 busy goroutines of extra CPU load;
 #                            counts false NotReady, then rewrites docs/benchmarks.md
 #                            with the soak as one more column
+#   make bench-idle-traffic  each agent's idle network traffic (API connections
+#                            and gossip, bytes/s in and out at its sockets) at
+#                            10 and 30 agent processes for the lan, wan and
+#                            local gossip profiles (60 s each; wan also over
+#                            5 min, a whole wan Node status period), and
+#                            failure detection with wan at 10 and 30; JSON in
+#                            $(BENCH_OUT)/idle-*.json, figures in
+#                            docs/benchmarks.md ("Idle traffic") and
+#                            docs/edge.md ("Metered links")
 #
 # The simulated agents run in child processes of the same binary
 # ("--agent-procs K"), so the server's RSS and CPU figures are its own:
@@ -33,7 +45,7 @@ BENCH_OUT ?= bin/bench
 BENCH_DOC ?= docs/benchmarks.md
 BIG       ?=
 
-.PHONY: bench-fleet bench-soak bench-report
+.PHONY: bench-fleet bench-soak bench-report bench-idle-traffic
 
 bench-fleet: build
 	@mkdir -p $(BENCH_OUT)
@@ -41,6 +53,8 @@ bench-fleet: build
 	$(BIN) bench fleet --nodes 100 --rollout --agent-procs 1 --json > $(BENCH_OUT)/fleet-00100.json
 	$(BIN) bench fleet --nodes 100 --rollout --detect --agent-procs 100 --agent-binary none --json > $(BENCH_OUT)/fleet-00100-gossip.json
 	$(BIN) bench fleet --nodes 1000 --rollout --agent-procs 2 --json > $(BENCH_OUT)/fleet-01000.json
+	$(BIN) bench fleet --nodes 1000 --rollout-unreachable 5 --agent-procs 2 --agent-binary none --json > $(BENCH_OUT)/fleet-01000-unreachable.json
+	$(BIN) bench fleet --nodes 1000 --rollout-unreachable 5 --unreachable-blocks --agent-procs 2 --agent-binary none --json > $(BENCH_OUT)/fleet-01000-unreachable-blocks.json
 	$(if $(BIG),$(BIN) bench fleet --nodes 5000 --rollout --agent-procs 2 --agent-binary none --json > $(BENCH_OUT)/fleet-05000.json)
 	@$(MAKE) --no-print-directory bench-report
 
@@ -53,10 +67,23 @@ bench-soak: build
 
 # bench-report renders $(BENCH_DOC) from the results in $(BENCH_OUT).
 bench-report:
-	@files=""; for f in fleet-00100.json fleet-00100-gossip.json fleet-01000.json fleet-05000.json soak-00100.json; do \
+	@files=""; for f in fleet-00100.json fleet-00100-gossip.json fleet-01000.json fleet-01000-unreachable.json fleet-01000-unreachable-blocks.json fleet-05000.json soak-00100.json; do \
 		[ -f $(BENCH_OUT)/$$f ] && files="$$files $(BENCH_OUT)/$$f"; done; \
 	cmd="make bench-fleet"; [ -f $(BENCH_OUT)/fleet-05000.json ] && cmd="$$cmd BIG=1"; \
 	[ -f $(BENCH_OUT)/soak-00100.json ] && cmd="$$cmd and make bench-soak"; \
 	echo "$(BIN) bench report -o $(BENCH_DOC) --notes bench/notes.md --command \"$$cmd\"$$files"; \
 	$(BIN) bench report -o $(BENCH_DOC) --notes bench/notes.md --command "$$cmd" $$files
 	@echo "wrote $(BENCH_DOC)"
+
+bench-idle-traffic: build
+	@mkdir -p $(BENCH_OUT)
+	for p in lan wan local; do for n in 10 30; do \
+		$(BIN) bench fleet --nodes $$n --agent-procs $$n --gossip --gossip-profile $$p --idle-traffic 60s --agent-binary none --json > $(BENCH_OUT)/idle-$$p-$$n.json || exit 1; \
+	done; done
+	for n in 10 30; do \
+		$(BIN) bench fleet --nodes $$n --agent-procs $$n --gossip --gossip-profile wan --idle-traffic 5m --agent-binary none --json > $(BENCH_OUT)/idle-wan-$$n-5m.json || exit 1; \
+	done
+	for n in 10 30; do \
+		$(BIN) bench fleet --nodes $$n --agent-procs $$n --detect --gossip-profile wan --agent-binary none --json > $(BENCH_OUT)/detect-wan-$$n.json || exit 1; \
+	done
+	@grep -h '"nodes"\|"gossip_profile"\|"idle_bytes\|"detect' $(BENCH_OUT)/idle-*.json $(BENCH_OUT)/detect-wan-*.json

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -47,7 +48,15 @@ type Config struct {
 	// the client's own (TLS from CAPEM); many clients with different tokens
 	// may share one, and with it one HTTP/2 connection pool (simulated fleets).
 	Transport http.RoundTripper
+	// Servers, when set, are other API servers of the cluster (base URLs,
+	// read again at each failover): requests move to one of them when
+	// Server cannot be reached (Failover).
+	Servers func() []string
 }
+
+// failoverDialTimeout bounds connecting to a server when Config.Servers
+// offers others to fail over to: a dead host is given up on quickly.
+const failoverDialTimeout = 2 * time.Second
 
 // DefaultTimeout bounds a non-watch request when Config.Timeout is zero: long
 // enough for a busy embedded etcd, short enough that a dead server is reported.
@@ -59,11 +68,13 @@ const maxErrorBody = 512
 // HTTP is the Interface over HTTPS. It is safe for concurrent use.
 type HTTP struct {
 	base    *url.URL
+	caPEM   []byte
 	token   string
 	timeout time.Duration
 	ua      string
 	log     *slog.Logger
 	hc      *http.Client
+	watch   *watchCodec
 }
 
 var _ Interface = (*HTTP)(nil)
@@ -94,14 +105,26 @@ func NewHTTP(cfg Config) (*HTTP, error) {
 	tr.Proxy = nil
 	h := &HTTP{
 		base:    base,
+		caPEM:   append([]byte(nil), cfg.CAPEM...),
 		token:   cfg.Token,
 		timeout: cfg.Timeout,
 		ua:      cfg.UserAgent,
 		log:     cfg.Logger,
 		hc:      &http.Client{Transport: tr},
+		watch:   newWatchCodec(),
 	}
 	if cfg.Transport != nil {
 		h.hc = &http.Client{Transport: cfg.Transport}
+	}
+	if cfg.Servers != nil {
+		if cfg.Transport == nil {
+			tr.DialContext = (&net.Dialer{Timeout: failoverDialTimeout, KeepAlive: 15 * time.Second}).DialContext
+		}
+		fo, err := NewFailover(h.hc.Transport, cfg.Server, cfg.Servers)
+		if err != nil {
+			return nil, err
+		}
+		h.hc = &http.Client{Transport: fo}
 	}
 	if h.timeout <= 0 {
 		h.timeout = DefaultTimeout
@@ -115,11 +138,24 @@ func NewHTTP(cfg Config) (*HTTP, error) {
 	return h, nil
 }
 
+// Current is the base URL of the server requests go to now: Config.Server,
+// or the server a failover moved to.
+func (h *HTTP) Current() string {
+	if fo, ok := h.hc.Transport.(*Failover); ok {
+		return fo.Current()
+	}
+	return h.base.Scheme + "://" + h.base.Host
+}
+
 // Close releases idle connections.
 func (h *HTTP) Close() { h.hc.CloseIdleConnections() }
 
 // Server returns the base URL the client talks to.
 func (h *HTTP) Server() string { return h.base.String() }
+
+// CAPEM returns the PEM certificates the client trusts for the server
+// (empty: the system's).
+func (h *HTTP) CAPEM() []byte { return append([]byte(nil), h.caPEM...) }
 
 // Path returns the URL path of a resource collection or object:
 // /api/v1[/namespaces/NS]/RESOURCE[/NAME[/SUBRESOURCE]] for the core group,
@@ -273,6 +309,11 @@ func (h *HTTP) ServerVersion(ctx context.Context) (*version.Info, error) {
 		return nil, fmt.Errorf("client: decode /version: %w", err)
 	}
 	return &info, nil
+}
+
+// RawPost POSTs a JSON body to a path and returns the body of a 2xx answer.
+func (h *HTTP) RawPost(ctx context.Context, path string, body []byte) ([]byte, error) {
+	return h.do(ctx, http.MethodPost, path, nil, "application/json", body)
 }
 
 // RawGet GETs a path (such as "/readyz") and returns the body of a 2xx answer.
@@ -444,5 +485,33 @@ func (h *HTTP) Watch(ctx context.Context, r *resources.Resource, namespace strin
 		cancel()
 		return nil, statusError(http.MethodGet, u, resp.StatusCode, data)
 	}
-	return newStreamWatcher(r, resp.Body, cancel, h.log.With("watch", u)), nil
+	return h.watch.newWatcher(wctx, r, resp.Body, cancel, h.log.With("watch", u)), nil
+}
+
+// Stream sends one request with a streamed body (nil for none) and header,
+// bounded only by ctx, and returns the response of a 2xx answer for the
+// caller to read and close; any other answer becomes a
+// *apierrors.StatusError. The image store uses it (package images).
+func (h *HTTP) Stream(ctx context.Context, method, path string, q url.Values, header http.Header, body io.Reader) (*http.Response, error) {
+	req, u, err := h.newRequest(ctx, method, path, q, "", nil)
+	if err != nil {
+		return nil, err
+	}
+	if body != nil {
+		req.Body = io.NopCloser(body)
+		req.ContentLength = -1
+	}
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	resp, err := h.hc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("client: %s %s: %w", method, u, err)
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		defer resp.Body.Close()
+		data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		return nil, statusError(method, u, resp.StatusCode, data)
+	}
+	return resp, nil
 }

@@ -350,9 +350,42 @@ func TestWatchContextCancel(t *testing.T) {
 		t.Fatal(err)
 	}
 	cancel()
-	for range w.ResultChan() {
+	for ev := range w.ResultChan() {
+		t.Errorf("event %s %v after the context ended, want the channel closed", ev.Type, ev.Object)
 	}
 	w.Stop()
+}
+
+// TestWatchMalformedEvent: an event that does not decode ends the stream
+// with an ERROR event carrying a 500 Status, so the caller re-lists.
+func TestWatchMalformedEvent(t *testing.T) {
+	_, c := newFakeServer(t, map[string]http.HandlerFunc{
+		"GET /api/v1/nodes": func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(200)
+			fmt.Fprintf(w, `{"type":"ADDED","object":{"kind":"Node","apiVersion":"v1","metadata":{"name":"n1"}}}`+"\n")
+			fmt.Fprintf(w, `{"type":"ADDED","object":{"kind":"Node","apiVersion":"v1","metadata":{"name":7}}}`+"\n")
+			fmt.Fprintf(w, `{"type":"ADDED","object":{"kind":"Node","apiVersion":"v1","metadata":{"name":"n3"}}}`+"\n")
+		},
+	})
+	w, err := c.Watch(context.Background(), resources.Nodes, "", ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	var got []string
+	for ev := range w.ResultChan() {
+		switch o := ev.Object.(type) {
+		case *corev1.Node:
+			got = append(got, fmt.Sprintf("%s %s", ev.Type, o.Name))
+		case *metav1.Status:
+			got = append(got, fmt.Sprintf("%s %d", ev.Type, o.Code))
+		default:
+			t.Fatalf("unexpected object %T", o)
+		}
+	}
+	if want := "ADDED n1|ERROR 500"; strings.Join(got, "|") != want {
+		t.Fatalf("events = %q, want %q", got, want)
+	}
 }
 
 func TestWatchRefused(t *testing.T) {

@@ -105,3 +105,40 @@ func FetchCA(ctx context.Context, server, caHash string) ([]byte, error) {
 	conn.Close()
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.Raw}), nil
 }
+
+// JoinPath is where agents exchange the cluster's join secret for their
+// node credential. It is served without a bearer token: the secret is the
+// credential.
+const JoinPath = "/everynode/v1/join"
+
+// JoinRequest is the body of POST JoinPath.
+type JoinRequest struct {
+	NodeName   string `json:"nodeName"`
+	JoinSecret string `json:"joinSecret"`
+	// NodePassword is the joining machine's own secret, made on its first
+	// join and kept in its data dir: a later join under the same name must
+	// present it (docs/security.md §4).
+	NodePassword string `json:"nodePassword,omitempty"`
+}
+
+// RotateJoinTokenPath is where an admin rotates the cluster's join secret
+// (POST, authenticated); the answer is a RotateJoinTokenResponse.
+const RotateJoinTokenPath = "/everynode/v1/join-token/rotate"
+
+// RotateJoinTokenResponse carries the new join token.
+type RotateJoinTokenResponse struct {
+	JoinToken string `json:"joinToken"`
+}
+
+// JoinResponse is the answer to an accepted join. Nothing is registered by
+// the join itself: the agent registers its Node with NodeToken.
+type JoinResponse struct {
+	// NodeToken is the node's bearer token (user system:node:<name>, group system:nodes).
+	NodeToken string `json:"nodeToken"`
+	// GossipKey is the gossip encryption key, base64 (standard encoding).
+	GossipKey string `json:"gossipKey"`
+	// GossipSeeds are the servers' gossip addresses.
+	GossipSeeds []string `json:"gossipSeeds"`
+	// APIServer is the API URL as the server knows it.
+	APIServer string `json:"apiServer"`
+}

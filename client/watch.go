@@ -1,113 +1,106 @@
 package client
 
 import (
-	"encoding/json"
+	"context"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
-	"sync"
+	"net/http"
 
+	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/runtime/serializer/json"
+	"k8s.io/apimachinery/pkg/runtime/serializer/streaming"
 	"k8s.io/apimachinery/pkg/watch"
+	restwatch "k8s.io/client-go/rest/watch"
 
 	"github.com/everynode/everynode/resources"
 )
 
-// streamWatcher decodes a watch response body, one {"type","object"} JSON
-// value after another, into typed watch events. Its one goroutine owns the
-// body; it ends when the stream ends, fails, or Stop is called, and then
-// closes the result channel.
-type streamWatcher struct {
-	r      *resources.Resource
+// watchCodec decodes watch streams the way client-go's REST client does
+// (k8s.io/client-go rest/request.go newStreamWatcher): JSON frames of
+// metav1.WatchEvent, each embedded object decoded through a scheme that
+// knows the served kinds and metav1.Status.
+type watchCodec struct {
+	serializer *json.Serializer
+}
+
+func newWatchCodec() *watchCodec {
+	scheme := runtime.NewScheme()
+	gvs := map[schema.GroupVersion]bool{}
+	for _, r := range resources.All() {
+		scheme.AddKnownTypes(r.GroupVersion(), r.New())
+		gvs[r.GroupVersion()] = true
+	}
+	for gv := range gvs {
+		metav1.AddToGroupVersion(scheme, gv) // WatchEvent, and Status as v1
+	}
+	return &watchCodec{serializer: json.NewSerializerWithOptions(json.DefaultMetaFactory, scheme, scheme, json.SerializerOptions{})}
+}
+
+// newWatcher turns the body of a watch response into a watch.Interface.
+// cancel cancels the request; ctx is the request's context.
+func (c *watchCodec) newWatcher(ctx context.Context, r *resources.Resource, body io.ReadCloser, cancel func(), log *slog.Logger) watch.Interface {
+	body = &watchBody{ctx: ctx, body: body, cancel: cancel}
+	events := streaming.NewDecoder(json.Framer.NewFrameReader(body), c.serializer)
+	dec := restwatch.NewDecoder(events, objectDecoder{c.serializer, r.GVK()})
+	rep := apierrors.NewClientErrorReporter(http.StatusInternalServerError, http.MethodGet, "ClientWatchDecoding")
+	return &streamWatcher{watch.NewStreamWatcherWithLogger(logr.FromSlogHandler(log.Handler()), dec, rep)}
+}
+
+// objectDecoder decodes an event's object as the watched kind unless it
+// names another (an ERROR event's Status), and stamps apiVersion and kind on
+// it: client.Interface returns objects with both set.
+type objectDecoder struct {
+	s   *json.Serializer
+	gvk schema.GroupVersionKind
+}
+
+func (d objectDecoder) Decode(data []byte, _ *schema.GroupVersionKind, into runtime.Object) (runtime.Object, *schema.GroupVersionKind, error) {
+	gvk := d.gvk
+	obj, actual, err := d.s.Decode(data, &gvk, into)
+	if err != nil {
+		return nil, actual, err
+	}
+	obj.GetObjectKind().SetGroupVersionKind(*actual)
+	return obj, actual, nil
+}
+
+// watchBody is the response body: closing it also cancels the request, and
+// a read cut short by the caller's context reads as the end of the stream,
+// not as a decoding error.
+type watchBody struct {
+	ctx    context.Context
 	body   io.ReadCloser
-	cancel func() // cancels the request, unblocking a pending read
-	log    *slog.Logger
-
-	result   chan watch.Event
-	stop     chan struct{}
-	stopOnce sync.Once
-	done     chan struct{}
+	cancel func()
 }
 
-func newStreamWatcher(r *resources.Resource, body io.ReadCloser, cancel func(), log *slog.Logger) *streamWatcher {
-	w := &streamWatcher{
-		r: r, body: body, cancel: cancel, log: log,
-		result: make(chan watch.Event),
-		stop:   make(chan struct{}),
-		done:   make(chan struct{}),
+func (b *watchBody) Read(p []byte) (int, error) {
+	n, err := b.body.Read(p)
+	if err != nil && !errors.Is(err, io.EOF) && b.ctx.Err() != nil {
+		err = io.EOF
 	}
-	go w.run()
-	return w
+	return n, err
 }
 
-// ResultChan implements watch.Interface.
-func (w *streamWatcher) ResultChan() <-chan watch.Event { return w.result }
+func (b *watchBody) Close() error {
+	b.cancel()
+	return b.body.Close()
+}
 
-// Stop implements watch.Interface. It is idempotent and returns once the
-// watcher's goroutine has exited.
+// streamWatcher is apimachinery's StreamWatcher whose Stop also waits for
+// the stream's goroutine to finish: once Stop returns, the result channel
+// is closed and the response body released.
+type streamWatcher struct {
+	*watch.StreamWatcher
+}
+
+// Stop implements watch.Interface. It is idempotent.
 func (w *streamWatcher) Stop() {
-	w.stopOnce.Do(func() {
-		close(w.stop)
-		w.cancel()
-	})
-	<-w.done
-}
-
-func (w *streamWatcher) run() {
-	defer close(w.done)
-	defer close(w.result)
-	defer w.cancel()
-	defer w.body.Close()
-	dec := json.NewDecoder(w.body)
-	for {
-		var raw metav1.WatchEvent
-		if err := dec.Decode(&raw); err != nil {
-			select {
-			case <-w.stop:
-				return
-			default:
-			}
-			if !errors.Is(err, io.EOF) {
-				w.log.Debug("watch stream ended", "err", err)
-			}
-			return
-		}
-		ev, err := w.decode(raw)
-		if err != nil {
-			// A malformed event ends the stream with an error event, as
-			// client-go does, so the caller re-lists instead of missing it.
-			ev = watch.Event{Type: watch.Error, Object: &apierrors.NewInternalError(err).ErrStatus}
-		}
-		select {
-		case w.result <- ev:
-		case <-w.stop:
-			return
-		}
-		if err != nil {
-			return
-		}
+	w.StreamWatcher.Stop()
+	for range w.ResultChan() {
 	}
-}
-
-func (w *streamWatcher) decode(raw metav1.WatchEvent) (watch.Event, error) {
-	typ := watch.EventType(raw.Type)
-	switch typ {
-	case watch.Added, watch.Modified, watch.Deleted, watch.Bookmark:
-		obj := w.r.New()
-		if err := json.Unmarshal(raw.Object.Raw, obj); err != nil {
-			return watch.Event{}, fmt.Errorf("client: decode %s watch event: %w", w.r.Kind, err)
-		}
-		w.r.SetTypeMeta(obj)
-		return watch.Event{Type: typ, Object: obj}, nil
-	case watch.Error:
-		st := &metav1.Status{}
-		if err := json.Unmarshal(raw.Object.Raw, st); err != nil {
-			return watch.Event{}, fmt.Errorf("client: decode watch error event: %w", err)
-		}
-		st.APIVersion, st.Kind = "v1", "Status"
-		return watch.Event{Type: typ, Object: st}, nil
-	}
-	return watch.Event{}, fmt.Errorf("client: unknown watch event type %q", raw.Type)
 }

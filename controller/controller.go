@@ -4,6 +4,8 @@
 //   - daemonset:        the DaemonSet controller (Kubernetes semantics);
 //   - nodelifecycle:    Node readiness from membership, NoExecute taints, evictions;
 //   - garbagecollector: ownerReference cascades and pods of deleted nodes;
+//   - serviceaccount:   the "default" ServiceAccount of every namespace;
+//   - clusterroleaggregation: the rules of ClusterRoles with an aggregationRule;
 //   - leader:           an etcd election so one server's controllers act at a time.
 //
 // Each sub-package speaks to the API only through client.Interface and can be
@@ -22,14 +24,17 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"k8s.io/utils/clock"
 
 	"github.com/everynode/everynode/client"
+	"github.com/everynode/everynode/controller/clusterroleaggregation"
 	"github.com/everynode/everynode/controller/daemonset"
 	"github.com/everynode/everynode/controller/garbagecollector"
 	"github.com/everynode/everynode/controller/internal/informer"
 	"github.com/everynode/everynode/controller/nodelifecycle"
+	"github.com/everynode/everynode/controller/serviceaccount"
 )
 
 // Config configures RunAll.
@@ -44,6 +49,10 @@ type Config struct {
 	Clock clock.WithTicker
 	// DaemonSetWorkers is the number of DaemonSet sync workers; 0 means 2 (Kubernetes' default).
 	DaemonSetWorkers int
+	// UnreachableGrace is how long a node must have been NotReady or
+	// Unknown before a DaemonSet rollout sets it aside; 0 means
+	// daemonset.DefaultUnreachableGrace (docs/rollouts.md §7).
+	UnreachableGrace time.Duration
 }
 
 // RunAll builds fresh controllers, sharing one informer per resource, and
@@ -71,7 +80,8 @@ func RunAll(ctx context.Context, cfg Config) error {
 	// One informer per resource for all controllers: one cache and one
 	// watch of pods (and of Nodes...) instead of one per controller.
 	shared := informer.NewShared(cfg.Client)
-	ds, err := daemonset.New(daemonset.Config{Client: cfg.Client, Logger: logger.With("controller", "daemonset"), Clock: cfg.Clock, Informers: shared})
+	ds, err := daemonset.New(daemonset.Config{Client: cfg.Client, Logger: logger.With("controller", "daemonset"), Clock: cfg.Clock, Informers: shared,
+		UnreachableGrace: cfg.UnreachableGrace})
 	if err != nil {
 		return fmt.Errorf("controller: %w", err)
 	}
@@ -81,6 +91,17 @@ func RunAll(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("controller: %w", err)
 	}
 	runners = append(runners, runner{"garbagecollector", func(ctx context.Context) error { return gc.Run(ctx, 2) }})
+	sa, err := serviceaccount.New(serviceaccount.Config{Client: cfg.Client, Logger: logger.With("controller", "serviceaccount"), Clock: cfg.Clock, Informers: shared})
+	if err != nil {
+		return fmt.Errorf("controller: %w", err)
+	}
+	runners = append(runners, runner{"serviceaccount", func(ctx context.Context) error { return sa.Run(ctx, 1) }})
+	cra, err := clusterroleaggregation.New(clusterroleaggregation.Config{Client: cfg.Client,
+		Logger: logger.With("controller", "clusterroleaggregation"), Clock: cfg.Clock, Informers: shared})
+	if err != nil {
+		return fmt.Errorf("controller: %w", err)
+	}
+	runners = append(runners, runner{"clusterroleaggregation", func(ctx context.Context) error { return cra.Run(ctx, 1) }})
 	if cfg.Membership != nil {
 		nl, err := nodelifecycle.New(nodelifecycle.Config{Client: cfg.Client, Membership: cfg.Membership,
 			Logger: logger.With("controller", "nodelifecycle"), Clock: cfg.Clock, Informers: shared})

@@ -8,30 +8,30 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/everynode/everynode/client"
 	"github.com/everynode/everynode/client/fake"
 	"github.com/everynode/everynode/controller/nodelifecycle"
+	"github.com/everynode/everynode/internal/testkit"
 	"github.com/everynode/everynode/resources"
 )
 
-type staticMembership []nodelifecycle.Member
-
-func (m staticMembership) Members() []nodelifecycle.Member { return m }
-func (m staticMembership) Changed() <-chan struct{}        { return nil }
-
 // TestRunAll: a DaemonSet gets one pod per node, deleting it (background)
-// removes the pods, and RunAll returns once ctx ends.
+// removes the pods, the namespace gets its default ServiceAccount, and
+// RunAll returns once ctx ends.
 func TestRunAll(t *testing.T) {
 	labels := map[string]string{"app": "agent"}
 	fc := fake.New(
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "default"}},
 		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}},
 		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n2"}},
 	)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() {
-		done <- RunAll(ctx, Config{Client: fc, Membership: staticMembership{{Name: "n1", Alive: true}, {Name: "n2", Alive: true}}})
+		done <- RunAll(ctx, Config{Client: fc, Membership: nodelifecycle.NewStaticMembership(
+			nodelifecycle.Member{Name: "n1", Alive: true}, nodelifecycle.Member{Name: "n2", Alive: true})})
 	}()
 	ds := &appsv1.DaemonSet{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "agent"},
@@ -44,19 +44,23 @@ func TestRunAll(t *testing.T) {
 	if _, err := fc.Create(ctx, ds, client.WriteOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// pods counts the live pods and, standing in for the node agents,
+	// finishes the graceful deletion of bound pods.
 	pods := func() int {
 		items, _, _ := fc.List(context.Background(), resources.Pods, "default", client.ListOptions{})
-		return len(items)
+		n := 0
+		for _, it := range items {
+			if it.GetDeletionTimestamp() == nil {
+				n++
+				continue
+			}
+			_, _ = fc.Delete(context.Background(), resources.Pods, "default", it.GetName(), metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+		}
+		return n
 	}
 	waitFor := func(what string, cond func() bool) {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for !cond() {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s", what)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		testkit.EventuallyTrue(t, 10*time.Second, what, cond)
 	}
 	waitFor("2 pods", func() bool { return pods() == 2 })
 	waitFor("nodes ready", func() bool {
@@ -72,6 +76,10 @@ func TestRunAll(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor("pods collected", func() bool { return pods() == 0 })
+	waitFor("default ServiceAccount", func() bool {
+		_, err := fc.Get(context.Background(), resources.ServiceAccounts, "default", "default")
+		return err == nil
+	})
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("RunAll: %v", err)

@@ -20,7 +20,7 @@ GO            ?= go
 EVERYNODE_BIN ?= bin/everynode
 EVERYNODE_IMAGE ?= everynode:dev
 
-.PHONY: demo demo-down demo-bin image compose-up compose-down
+.PHONY: demo demo-down demo-bin image compose-up compose-down compose-ha compose-ha-down
 
 demo-bin:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(EVERYNODE_BIN) ./cmd/everynode
@@ -40,3 +40,10 @@ compose-up: image images
 
 compose-down:
 	cd $(DEMO_EXAMPLES_DIR)/compose && ./compose.sh down
+
+# Three servers on an embedded etcd cluster and five agents (docs/ha.md).
+compose-ha: image images
+	cd $(DEMO_EXAMPLES_DIR)/compose-ha && ./compose.sh up && ./compose.sh check
+
+compose-ha-down:
+	cd $(DEMO_EXAMPLES_DIR)/compose-ha && ./compose.sh down

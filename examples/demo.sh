@@ -133,6 +133,10 @@ $(say "everynode is running: what to try next")
   # more in examples/*.yaml (tolerations, surge, OnDelete) and examples/compose
   # (a server and three agents as containers)
 
+  # the fleet in a browser: nodes × DaemonSets, live (docs/dashboard.md);
+  # log in with the admin token: the token: line of $KUBECONFIG_FILE
+  https://$DEMO_LISTEN/ui/
+
   make demo-down                                # stop the server, remove its containers and $DEMO_DIR
 EOF
 }

@@ -73,6 +73,8 @@ type Config struct {
 	// Logger receives memberlist's own log lines at debug level and this package's events;
 	// nil discards them.
 	Logger *slog.Logger
+	// Traffic, when set, counts the bytes the member sends and receives (UDP and TCP).
+	Traffic *Traffic
 }
 
 // DefaultLANConfig returns a Config for members on one LAN: fast failure detection.

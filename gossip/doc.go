@@ -28,7 +28,9 @@
 // (it called Leave). memberlist itself does not tell its delegates a crash from a leave,
 // so Leave first gossips a leave intent naming the member's instance (a random id per New
 // carried in the metadata, so a restarted member is never mistaken for its departing
-// former self); receivers pass it on and keep it in memberlist's push/pull state. A
+// former self) and sends it over TCP to every live server member, which decide the
+// Node's Ready condition, so a lost datagram cannot make a graceful stop look like a
+// crash; receivers pass it on and keep it in memberlist's push/pull state. A
 // member whose leave overtook its intent is listed Dead until the intent arrives, then
 // Left. memberlist v0.5.4 does not surface suspicion either, so a suspect member is listed
 // Alive until it is declared Dead. Dead and Left members stay listed for an hour.

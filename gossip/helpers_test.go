@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"runtime"
-	"strings"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/everynode/everynode/internal/testkit"
 )
 
 // testKey returns a 32-byte key filled with b.
@@ -72,17 +74,11 @@ func startCluster(tb testing.TB, profile string, n int) []*Member {
 	return ms
 }
 
-// waitFor polls cond (a real asynchronous system: memberlist) until it holds or the
-// deadline passes.
+// waitFor is testkit.EventuallyTrue: cond (a real asynchronous system:
+// memberlist) must hold within timeout.
 func waitFor(tb testing.TB, timeout time.Duration, what string, cond func() bool) {
 	tb.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testkit.EventuallyTrue(tb, timeout, what, cond)
 }
 
 // stateOf returns the state m sees for name, and whether it lists name at all.
@@ -105,44 +101,16 @@ func seesAlive(m *Member, names ...string) bool {
 	return true
 }
 
-// checkGoroutines fails the test if memberlist or this package still run goroutines
-// once the test's members are closed. Call it first so its cleanup runs last.
+// checkGoroutines fails the test if goroutines it started (memberlist's,
+// this package's) still run 5s after the test's members are closed: a
+// memberlist probe in flight at Shutdown ends only at its timeout. Call it
+// first so its cleanup runs last.
 func checkGoroutines(tb testing.TB) {
 	tb.Helper()
+	opts := testkit.LeakOptions(goleak.IgnoreCurrent())
 	tb.Cleanup(func() {
-		deadline := time.Now().Add(5 * time.Second)
-		for {
-			leaked := ownGoroutines()
-			if len(leaked) == 0 {
-				return
-			}
-			if time.Now().After(deadline) {
-				tb.Errorf("%d goroutines left after Close:\n%s", len(leaked), strings.Join(leaked, "\n\n"))
-				return
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		testkit.Eventually(tb, 5*time.Second, func() error { return goleak.Find(opts...) })
 	})
-}
-
-// ownGoroutines returns the stacks of goroutines running memberlist code.
-func ownGoroutines() []string {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
-	var out []string
-	for _, g := range strings.Split(string(buf), "\n\n") {
-		if strings.Contains(g, "github.com/hashicorp/memberlist") {
-			out = append(out, g)
-		}
-	}
-	return out
 }
 
 // measureDetection starts n members with the profile, crashes the last one (Close

@@ -142,8 +142,17 @@ func New(cfg Config) (*Member, error) {
 	}
 	m.broadcasts = &memberlist.TransmitLimitedQueue{NumNodes: m.numAlive, RetransmitMult: t.retransmitMult}
 
-	ml, err := memberlist.Create(cfg.memberlistConfig(t, m, logger))
+	mc := cfg.memberlistConfig(t, m, logger)
+	if cfg.Traffic != nil {
+		if err := countTraffic(mc, cfg.Traffic); err != nil {
+			return nil, fmt.Errorf("gossip: start %s on %s: %w", cfg.Name, cfg.BindAddr, err)
+		}
+	}
+	ml, err := memberlist.Create(mc)
 	if err != nil {
+		if mc.Transport != nil {
+			_ = mc.Transport.Shutdown()
+		}
 		return nil, fmt.Errorf("gossip: start %s on %s: %w", cfg.Name, cfg.BindAddr, err)
 	}
 	m.ml = ml
@@ -248,8 +257,13 @@ func (m *Member) Leave(timeout time.Duration) error {
 	// First our own leave intent, so the others already know it is graceful when
 	// memberlist's leave message marks us gone. Half the time budget at most.
 	if others > 0 {
+		msg := encodeIntent(m.name, m.instance)
+		// The servers decide the Node's Ready condition from this: they get the
+		// intent over TCP too, so one lost datagram cannot turn a graceful stop
+		// into a crash. The others learn it by gossip.
+		m.sendToServers(msg)
 		done := make(chan struct{}, 1)
-		m.broadcasts.QueueBroadcast(&leaveBroadcast{name: m.name, msg: encodeIntent(m.name, m.instance), done: done})
+		m.broadcasts.QueueBroadcast(&leaveBroadcast{name: m.name, msg: msg, done: done})
 		var limit <-chan time.Time
 		if timeout > 0 {
 			t := time.NewTimer(timeout / 2)
@@ -270,6 +284,24 @@ func (m *Member) Leave(timeout time.Duration) error {
 		return fmt.Errorf("gossip: leave: %w", err)
 	}
 	return nil
+}
+
+// sendToServers sends msg over memberlist's reliable (TCP) channel to every
+// live server member but this one. Failures are logged: gossip still carries
+// msg.
+func (m *Member) sendToServers(msg []byte) {
+	for _, n := range m.ml.Members() {
+		if n.Name == m.name {
+			continue
+		}
+		var wm wireMeta
+		if json.Unmarshal(n.Meta, &wm) != nil || wm.Role != RoleServer {
+			continue
+		}
+		if err := m.ml.SendReliable(n, msg); err != nil {
+			m.log.Debug("gossip: leave intent to a server not sent; gossip carries it", "peer", n.Name, "err", err)
+		}
+	}
 }
 
 // Close stops gossiping without announcing it, so the others detect this member as Dead

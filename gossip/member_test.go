@@ -298,3 +298,40 @@ func TestLeaveAlone(t *testing.T) {
 		t.Errorf("solo sees itself %v, want left", mi.State)
 	}
 }
+
+// TestLeaveIntentReachesServersOverTCP: the servers get a leave intent over
+// memberlist's reliable channel, not only by gossip, so a lost datagram cannot
+// make a graceful stop look like a crash. The intent is sent with nothing
+// queued for gossip; the agent then stops silently, and the server still
+// lists it Left.
+func TestLeaveIntentReachesServersOverTCP(t *testing.T) {
+	checkGoroutines(t)
+	scfg := testConfig("srv", ProfileLocal)
+	scfg.Meta = Meta{Role: RoleServer}
+	srv := startMember(t, scfg)
+	agent := startMember(t, testConfig("a1", ProfileLocal))
+	if _, err := agent.Join([]string{srv.LocalAddr()}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "a1 and srv see each other", func() bool {
+		return seesAlive(srv, "a1") && seesAlive(agent, "srv")
+	})
+	leaving := func() bool {
+		srv.mu.Lock()
+		defer srv.mu.Unlock()
+		r := srv.members["a1"]
+		return r != nil && r.leaving
+	}
+	if leaving() {
+		t.Fatal("srv thinks a1 is leaving before it said so")
+	}
+	agent.sendToServers(encodeIntent(agent.name, agent.instance))
+	waitFor(t, 5*time.Second, "srv got a1's intent", leaving)
+	if err := agent.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 15*time.Second, "srv lists the silently stopped a1 as Left", func() bool {
+		mi, ok := stateOf(srv, "a1")
+		return ok && mi.State == Left
+	})
+}

@@ -40,6 +40,13 @@ type agentNodeOpts struct {
 // stopped by the cluster's cleanup.
 func (c *cluster) startAgentNode(name string, o agentNodeOpts) *simNode {
 	c.t.Helper()
+	// The agent mounts each pod's service account token; a pod whose
+	// account does not exist yet waits for it until its next resync, which a
+	// fake clock never brings: have the namespace's default account first.
+	eventually(c.t, waitLong, func() error {
+		_, err := c.admin.Get(c.ctx, resources.ServiceAccounts, "default", "default")
+		return err
+	})
 	token := "node-token-" + name
 	c.tokens.add(token, apiserver.UserInfo{Name: "system:node:" + name, Groups: []string{"system:nodes"}})
 	server := o.server

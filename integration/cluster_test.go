@@ -2,10 +2,8 @@ package integration
 
 import (
 	"context"
-	"encoding/pem"
 	"fmt"
 	"log/slog"
-	"net/http/httptest"
 	"os"
 	"sort"
 	"sync"
@@ -17,13 +15,12 @@ import (
 
 	"github.com/everynode/everynode/apiserver"
 	"github.com/everynode/everynode/client"
-	"github.com/everynode/everynode/controller"
 	"github.com/everynode/everynode/controller/nodelifecycle"
 	"github.com/everynode/everynode/nodeagent"
 	"github.com/everynode/everynode/nodeagent/runtime"
 	"github.com/everynode/everynode/nodeagent/runtime/fake"
 	"github.com/everynode/everynode/resources"
-	"github.com/everynode/everynode/store"
+	"github.com/everynode/everynode/server"
 )
 
 // testLogger shows warnings and errors of every component (set
@@ -55,55 +52,6 @@ func (t *tokens) add(token string, u apiserver.UserInfo) {
 	t.m[token] = u
 }
 
-// fakeMembership is the gossip membership the node lifecycle controller
-// reads: the test says which nodes are alive.
-type fakeMembership struct {
-	mu      sync.Mutex
-	members map[string]bool
-	changed chan struct{}
-}
-
-var _ nodelifecycle.Membership = (*fakeMembership)(nil)
-
-func newFakeMembership() *fakeMembership {
-	return &fakeMembership{members: map[string]bool{}, changed: make(chan struct{}, 1)}
-}
-
-func (m *fakeMembership) Members() []nodelifecycle.Member {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	out := make([]nodelifecycle.Member, 0, len(m.members))
-	for name, alive := range m.members {
-		out = append(out, nodelifecycle.Member{Name: name, Alive: alive})
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	return out
-}
-
-func (m *fakeMembership) Changed() <-chan struct{} { return m.changed }
-
-// set records a member as alive or dead; remove forgets it.
-func (m *fakeMembership) set(name string, alive bool) {
-	m.mu.Lock()
-	m.members[name] = alive
-	m.mu.Unlock()
-	m.hint()
-}
-
-func (m *fakeMembership) remove(name string) {
-	m.mu.Lock()
-	delete(m.members, name)
-	m.mu.Unlock()
-	m.hint()
-}
-
-func (m *fakeMembership) hint() {
-	select {
-	case m.changed <- struct{}{}:
-	default:
-	}
-}
-
 // simNode is one simulated node: a real agent on the fake runtime.
 type simNode struct {
 	name   string
@@ -112,66 +60,29 @@ type simNode struct {
 	done   chan struct{}
 }
 
-// cluster is one everynode control plane plus simulated nodes.
+// cluster is one everynode control plane (server.Start, with the test's
+// token table and a settable membership instead of gossip) plus simulated
+// nodes.
 type cluster struct {
 	t       *testing.T // the (sub)test failures go to
 	root    *testing.T // the test that owns the cluster's resources
 	ctx     context.Context
-	api     *apiserver.Server
+	srv     *server.Server
 	tokens  *tokens
 	url     string
 	caPEM   []byte
 	admin   client.Interface // the test's own client: HTTPS, admin token (like kubectl)
-	members *fakeMembership
+	members *nodelifecycle.StaticMembership
 
 	nodes *nodeSet
-	ctrl  *controllers
-}
-
-// controllers is the running controller.RunAll of a cluster.
-type controllers struct {
-	client client.Interface
-	logger *slog.Logger
-
-	mu     sync.Mutex
-	cancel context.CancelFunc
-	done   chan struct{}
 }
 
 // startControllers runs fresh controllers (as a server that starts or
 // takes over leadership does): new caches, no expectations.
-func (c *cluster) startControllers() {
-	ctx, cancel := context.WithCancel(c.ctx)
-	done := make(chan struct{})
-	t := c.root // the goroutine may outlive a subtest
-	started := time.Now()
-	go func() {
-		defer close(done)
-		err := controller.RunAll(ctx, controller.Config{Client: c.ctrl.client, Membership: c.members, Logger: c.ctrl.logger})
-		switch {
-		case err != nil && ctx.Err() == nil:
-			t.Errorf("controller.RunAll: %v", err)
-		case err != nil:
-			// Stopped before its caches synced (a quick restart): documented.
-			t.Logf("controllers stopped %s after start: %v", time.Since(started), err)
-		}
-	}()
-	c.ctrl.mu.Lock()
-	c.ctrl.cancel, c.ctrl.done = cancel, done
-	c.ctrl.mu.Unlock()
-}
+func (c *cluster) startControllers() { c.srv.StartControllers() }
 
 // stopControllers stops the running controllers and waits for them.
-func (c *cluster) stopControllers() {
-	c.ctrl.mu.Lock()
-	cancel, done := c.ctrl.cancel, c.ctrl.done
-	c.ctrl.cancel, c.ctrl.done = nil, nil
-	c.ctrl.mu.Unlock()
-	if cancel != nil {
-		cancel()
-		<-done
-	}
-}
+func (c *cluster) stopControllers() { c.srv.StopControllers() }
 
 // nodeSet is the running simulated nodes.
 type nodeSet struct {
@@ -186,46 +97,37 @@ func (c *cluster) sub(t *testing.T) *cluster {
 	return &cc
 }
 
-// newCluster starts etcd, the API, the controllers and n nodes named
-// node-0 … node-(n-1), and waits until every Node is registered.
+// newCluster starts a server (etcd, the API, the controllers) and n nodes
+// named node-0 … node-(n-1), and waits until every Node is registered.
 func newCluster(t *testing.T, n int) *cluster {
+	t.Helper()
+	return newClusterWith(t, n, nil)
+}
+
+// newClusterWith is newCluster whose server.Config mod may change first.
+func newClusterWith(t *testing.T, n int, mod func(*server.Config)) *cluster {
 	t.Helper()
 	log := testLogger()
 	ctx, cancel := context.WithCancel(context.Background())
-
-	openCtx, openCancel := context.WithTimeout(ctx, waitLong)
-	st, err := store.Open(openCtx, store.Config{DataDir: t.TempDir(), CompactInterval: -1, Logger: log.With("component", "store")})
-	openCancel()
-	if err != nil {
-		cancel()
-		t.Fatalf("store.Open: %v", err)
-	}
 	toks := &tokens{m: map[string]apiserver.UserInfo{
 		adminToken: {Name: "admin", Groups: []string{"system:masters"}},
 	}}
-	api, err := apiserver.New(apiserver.Config{Store: st, Authenticator: toks, Logger: log.With("component", "apiserver")})
+	members := nodelifecycle.NewStaticMembership()
+	startCtx, startCancel := context.WithTimeout(ctx, waitLong)
+	cfg := server.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", CompactInterval: -1,
+		Logger: log, Membership: members, Authenticator: toks}
+	if mod != nil {
+		mod(&cfg)
+	}
+	srv, err := server.Start(startCtx, cfg)
+	startCancel()
 	if err != nil {
 		cancel()
-		_ = st.Close()
-		t.Fatalf("apiserver.New: %v", err)
+		t.Fatalf("server.Start: %v", err)
 	}
-	if err := api.EnsureNamespaces(ctx, "default", "kube-system", "kube-public"); err != nil {
-		cancel()
-		_ = st.Close()
-		t.Fatalf("EnsureNamespaces: %v", err)
-	}
-	srv := httptest.NewUnstartedServer(api.Handler())
-	srv.EnableHTTP2 = true
-	srv.StartTLS()
-	caPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
-
-	c := &cluster{t: t, root: t, ctx: ctx, api: api, tokens: toks, url: srv.URL, caPEM: caPEM,
-		members: newFakeMembership(), nodes: &nodeSet{m: map[string]*simNode{}}}
+	c := &cluster{t: t, root: t, ctx: ctx, srv: srv, tokens: toks, url: srv.URL(), caPEM: srv.CAPEM(),
+		members: members, nodes: &nodeSet{m: map[string]*simNode{}}}
 	c.admin = c.httpClient(adminToken)
-
-	c.ctrl = &controllers{client: apiserver.NewLocalClient(api, "system:controller:everynode", "system:masters"),
-		logger: log.With("component", "controllers")}
-	c.startControllers()
 
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -247,15 +149,13 @@ func newCluster(t *testing.T, n int) *cluster {
 		// The controllers' informers and every List and Watch share the
 		// store's cached objects: none may have been modified.
 		vctx, vcancel := context.WithTimeout(context.Background(), waitLong)
-		if err := st.VerifyCache(vctx); err != nil {
+		if err := srv.VerifyCache(vctx); err != nil {
 			t.Errorf("watch cache differs from etcd: %v", err)
 		}
 		vcancel()
 		cancel()
-		api.Stop()
-		srv.Close()
-		if err := st.Close(); err != nil {
-			t.Errorf("store close: %v", err)
+		if err := srv.Close(); err != nil {
+			t.Errorf("server close: %v", err)
 		}
 	})
 	for i := range n {
@@ -309,7 +209,7 @@ func (c *cluster) runAgent(rt *fake.Fake, cfg nodeagent.Config) *simNode {
 	}
 	ctx, cancel := context.WithCancel(c.ctx)
 	sn := &simNode{name: name, rt: rt, cancel: cancel, done: make(chan struct{})}
-	c.members.set(name, true)
+	c.members.SetAlive(name, true)
 	go func() {
 		defer close(sn.done)
 		if err := agent.Run(ctx); err != nil && ctx.Err() == nil {

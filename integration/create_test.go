@@ -13,8 +13,9 @@ import (
 )
 
 // TestCreate: a DaemonSet on 10 nodes gets exactly one bound, Running and
-// Ready pod per node, shaped as §2.7 says, and a status with every counter
-// right; one ControllerRevision (revision 1) is its history.
+// Ready pod per node, shaped as docs/controller-rules.md §2.7 says, and a
+// status with every counter right; one ControllerRevision (revision 1) is its
+// history.
 func TestCreate(t *testing.T) {
 	const n = 10
 	c := newCluster(t, n)
@@ -97,7 +98,7 @@ func TestNodeAddedAndDeleted(t *testing.T) {
 			t.Fatal(err)
 		}
 		c.stopNode("node-1")
-		c.members.remove("node-1")
+		c.members.Remove("node-1")
 		if _, err := c.admin.Delete(c.ctx, resources.Nodes, "", "node-1", metav1.DeleteOptions{}); err != nil {
 			t.Fatalf("delete node: %v", err)
 		}

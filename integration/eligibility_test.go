@@ -77,11 +77,11 @@ func TestNodeLabels(t *testing.T) {
 	})
 }
 
-// TestTaints: §1.4. An untolerated NoSchedule taint keeps the running pod
-// (same uid) but status counts the node as misscheduled and not desired; a
-// pod deleted there is not re-created until the taint goes. An untolerated
-// NoExecute taint removes the DaemonSet's pod and evicts a plain pod
-// (node lifecycle), while a DaemonSet that tolerates it keeps its pod.
+// TestTaints: docs/controller-rules.md §1.4. An untolerated NoSchedule taint
+// keeps the running pod (same uid) but status counts the node as misscheduled
+// and not desired; a pod deleted there is not re-created until the taint goes.
+// An untolerated NoExecute taint removes the DaemonSet's pod and evicts a plain
+// pod (node lifecycle), while a DaemonSet that tolerates it keeps its pod.
 func TestTaints(t *testing.T) {
 	c := newCluster(t, 4)
 	c.createDS(newDaemonSet("plain"))
@@ -185,8 +185,8 @@ func TestTaints(t *testing.T) {
 	})
 }
 
-// TestAutomaticTolerations: §1.3. A cordoned node carrying the
-// unschedulable NoSchedule taint still gets daemon pods; the
+// TestAutomaticTolerations: docs/controller-rules.md §1.3. A cordoned node
+// carrying the unschedulable NoSchedule taint still gets daemon pods; the
 // network-unavailable NoSchedule taint is tolerated only by hostNetwork
 // DaemonSets.
 func TestAutomaticTolerations(t *testing.T) {

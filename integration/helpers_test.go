@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/everynode/everynode/client"
+	"github.com/everynode/everynode/internal/testkit"
 	"github.com/everynode/everynode/resources"
 )
 
@@ -32,34 +33,19 @@ const (
 	waitLong = 30 * time.Second
 )
 
-// eventually calls fn until it returns nil, failing the test with fn's last
-// error after timeout.
+// eventually is testkit.Eventually: fn until it returns nil, failing the
+// test with fn's last error after timeout.
 func eventually(t testing.TB, timeout time.Duration, fn func() error) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := fn()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not true after %s: %v", timeout, err)
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
+	testkit.Eventually(t, timeout, fn)
 }
 
-// consistently calls fn for d and fails the test as soon as it returns an
-// error: for "nothing happens" assertions, after a positive convergence.
+// consistently is testkit.Consistently: fn over the whole window d, failing
+// the test at the first error. For "nothing happens" assertions, after a
+// positive convergence.
 func consistently(t testing.TB, d time.Duration, fn func() error) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		if err := fn(); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
+	testkit.Consistently(t, d, fn)
 }
 
 // newDaemonSet is a DaemonSet selecting app=<name>, running imageV1, with a

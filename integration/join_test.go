@@ -71,19 +71,19 @@ func TestProcessesServerAndAgents(t *testing.T) {
 	}
 
 	ctx := context.Background()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	t.Cleanup(func() { // before the processes stop: what the cluster looked like
+		if t.Failed() {
+			t.Logf("%s\n%s", runCLI(t, bin, kubeconfig, "get", "pods", "-o", "wide"), runCLI(t, bin, kubeconfig, "get", "nodes", "-o", "wide"))
+		}
+	})
+	eventually(t, 60*time.Second, func() error {
 		got, err := runningPodsByNode(ctx, admin)
-		if err == nil && fmt.Sprint(got) == fmt.Sprint(nodes) {
-			t.Logf("one Running pod on each of %v", got)
-			break
+		if err != nil || fmt.Sprint(got) != fmt.Sprint(nodes) {
+			return fmt.Errorf("want one Running pod on each of %v; got %v (%v)", nodes, got, err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("want one Running pod on each of %v; got %v (%v)\n%s\n%s", nodes, got, err,
-				runCLI(t, bin, kubeconfig, "get", "pods", "-o", "wide"), runCLI(t, bin, kubeconfig, "get", "nodes", "-o", "wide"))
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return nil
+	})
+	t.Logf("one Running pod on each of %v", nodes)
 	// Pod logs go from the API server to each node's agent (its log
 	// endpoint, authorized by the node's log token).
 	objs, _, err := admin.List(ctx, resources.Pods, "default", client.ListOptions{LabelSelector: "app=wiring"})

@@ -11,26 +11,35 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/everynode/everynode/client"
-	"github.com/everynode/everynode/controller/nodelifecycle"
 	"github.com/everynode/everynode/resources"
+	"github.com/everynode/everynode/rollout"
 )
 
 // TestNodeUnreachable: a node whose agent stops and which membership
 // declares dead becomes Ready=Unknown with the unreachable NoExecute taint;
 // its daemon pod stays (automatic toleration) but is marked not ready, so
-// status counts it desired and current but not ready; a plain pod there is
-// evicted at once, one tolerating unreachable for a second after that
-// second. When the node is back, the taint goes and the same daemon pod is
+// status counts it desired and current but not ready; a pod tolerating
+// unreachable for 0 s is evicted at once, one tolerating it for 2 s after
+// those, and a bare pod, which admission gave 300 s, stays. When the node is back, the taint goes and the same daemon pod is
 // ready again.
 func TestNodeUnreachable(t *testing.T) {
 	const n = 3
 	c := newCluster(t, n)
-	before, _ := c.startDS(newDaemonSet("agent"), n)
+	// Kubernetes' counters: without the annotation a rollout sets the node
+	// aside after the grace and the status stops counting it
+	// (docs/rollouts.md §7, TestRolloutUnreachableNodes).
+	ds := newDaemonSet("agent")
+	ds.Annotations = map[string]string{rollout.UnreachableBlocks: "true"}
+	before, _ := c.startDS(ds, n)
+	// A bare pod gets the DefaultTolerationSeconds admission's 300 s
+	// tolerations (docs/security.md, "Gossip is a hint"), so it outlives
+	// this test's outage; one that tolerates unreachable for 0 s goes at once.
 	plain := c.createBarePod("plain", "node-1")
+	c.createTolerantPod("impatient", "node-1", 0)
 	c.createTolerantPod("patient", "node-1", 2)
 
 	c.stopNode("node-1")
-	c.members.set("node-1", false)
+	c.members.SetAlive("node-1", false)
 	var added time.Time
 	eventually(t, waitLong, func() error {
 		node, err := c.node("node-1")
@@ -38,11 +47,11 @@ func TestNodeUnreachable(t *testing.T) {
 			return err
 		}
 		for _, tt := range node.Spec.Taints {
-			if tt.Key == nodelifecycle.TaintUnreachable && tt.TimeAdded != nil {
+			if tt.Key == corev1.TaintNodeUnreachable && tt.TimeAdded != nil {
 				added = tt.TimeAdded.Time // second precision: at or before the real time
 			}
 		}
-		if !hasTaint(node, nodelifecycle.TaintUnreachable) {
+		if !hasTaint(node, corev1.TaintNodeUnreachable) {
 			return fmt.Errorf("node-1 taints %v", node.Spec.Taints)
 		}
 		if ready := nodeReady(node); ready != corev1.ConditionUnknown {
@@ -52,7 +61,7 @@ func TestNodeUnreachable(t *testing.T) {
 	})
 	// Evicted = deleted; with the node's agent away the pods stay
 	// terminating (as in Kubernetes) until the node returns.
-	eventually(t, waitLong, func() error { return c.podDeleting(plain.Name) })
+	eventually(t, waitLong, func() error { return c.podDeleting("impatient") })
 	// tolerationSeconds 2 counts from the taint's timeAdded.
 	if checked := time.Now(); checked.Before(added.Add(1800 * time.Millisecond)) {
 		if err := c.podDeleting("patient"); err == nil {
@@ -60,6 +69,9 @@ func TestNodeUnreachable(t *testing.T) {
 		}
 	}
 	eventually(t, waitLong, func() error { return c.podDeleting("patient") })
+	if err := c.podDeleting(plain.Name); err == nil {
+		t.Error("a bare pod (300 s default tolerations) was evicted within seconds of the taint")
+	}
 	c.waitStatus("agent", counts{desired: n, current: n, ready: n - 1, updated: n, available: n - 1})
 	obj, err := c.admin.Get(c.ctx, resources.Pods, ns, before["node-1"].Name)
 	if err != nil {
@@ -75,7 +87,7 @@ func TestNodeUnreachable(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if hasTaint(node, nodelifecycle.TaintUnreachable) || nodeReady(node) != corev1.ConditionTrue {
+		if hasTaint(node, corev1.TaintNodeUnreachable) || nodeReady(node) != corev1.ConditionTrue {
 			return errors.New("node-1 not ready again yet")
 		}
 		return nil
@@ -89,7 +101,7 @@ func TestNodeUnreachable(t *testing.T) {
 	})
 	c.waitStatus("agent", counts{desired: n, current: n, ready: n, updated: n, available: n})
 	eventually(t, waitLong, func() error {
-		if err := c.podGone(plain.Name, plain.UID); err != nil {
+		if err := c.podGone("impatient", ""); err != nil {
 			return err
 		}
 		return c.podGone("patient", "")
@@ -144,7 +156,7 @@ func (c *cluster) createTolerantPod(name, node string, seconds int64) {
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: imageV1}},
-			Tolerations: []corev1.Toleration{{Key: nodelifecycle.TaintUnreachable, Operator: corev1.TolerationOpExists,
+			Tolerations: []corev1.Toleration{{Key: corev1.TaintNodeUnreachable, Operator: corev1.TolerationOpExists,
 				Effect: corev1.TaintEffectNoExecute, TolerationSeconds: &seconds}}},
 	}
 	resources.Pods.SetTypeMeta(p)

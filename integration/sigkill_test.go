@@ -213,17 +213,18 @@ func TestSIGKILLServerDuringRollout(t *testing.T) {
 	}
 	// Old revisions are cleaned up to revisionHistoryLimit (default 10)
 	// plus the current one.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	t.Cleanup(func() { // before the server stops
+		if t.Failed() {
+			t.Log(sigkillDump(ctx, admin))
+		}
+	})
+	eventually(t, 10*time.Second, func() error {
 		revs, _, err := admin.List(ctx, resources.ControllerRevisions, ns, client.ListOptions{LabelSelector: sigkillSelector})
-		if err == nil && len(revs) <= 11 {
-			break
+		if err != nil || len(revs) > 11 {
+			return fmt.Errorf("%d ControllerRevisions (%v), want at most 11", len(revs), err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d ControllerRevisions (%v), want at most 11\n%s", len(revs), err, sigkillDump(ctx, admin))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // sigkillCheckHistory checks the history after a completed rollout to a

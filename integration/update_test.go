@@ -357,8 +357,8 @@ func TestHistoryLimit(t *testing.T) {
 }
 
 // waitRolloutStatus waits as `kubectl rollout status ds/name` does (its
-// DaemonSetStatusViewer, REFERENCE §4.5) and returns the DaemonSet as the
-// moment it said "successfully rolled out".
+// DaemonSetStatusViewer, docs/controller-rules.md §4.5) and returns the
+// DaemonSet as the moment it said "successfully rolled out".
 func (c *cluster) waitRolloutStatus(name string) *appsv1.DaemonSet {
 	c.t.Helper()
 	var ds *appsv1.DaemonSet

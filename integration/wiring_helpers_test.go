@@ -1,17 +1,17 @@
 package integration
 
 import (
-	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/everynode/everynode/client"
+	"github.com/everynode/everynode/internal/testkit"
 )
 
 // buildEverynode builds the everynode binary into a temporary directory
@@ -26,29 +26,11 @@ func buildEverynode(t *testing.T) string {
 	return path
 }
 
-// lockedBuffer collects a process's output.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // wiringProc is one everynode process.
 type wiringProc struct {
 	name string
 	cmd  *exec.Cmd
-	out  *lockedBuffer
+	out  *testkit.Buffer // stdout and stderr
 	done chan error
 }
 
@@ -56,7 +38,7 @@ type wiringProc struct {
 // (SIGKILL after 15 s) and shows its output if the test failed.
 func startProc(t *testing.T, name, bin string, args ...string) *wiringProc {
 	t.Helper()
-	p := &wiringProc{name: name, cmd: exec.Command(bin, args...), out: &lockedBuffer{}, done: make(chan error, 1)}
+	p := &wiringProc{name: name, cmd: exec.Command(bin, args...), out: &testkit.Buffer{}, done: make(chan error, 1)}
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", name, err)
@@ -94,21 +76,18 @@ func (p *wiringProc) stop(t *testing.T) {
 // waitFile waits until path exists or the process exits.
 func (p *wiringProc) waitFile(t *testing.T, path string, within time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		if _, err := os.Stat(path); err == nil {
-			return
-		}
+	testkit.Eventually(t, within, func() error {
 		select {
 		case err := <-p.done:
 			p.done <- err
 			t.Fatalf("%s exited (%v) before writing %s:\n%s", p.name, err, path, p.out.String())
-		case <-time.After(50 * time.Millisecond):
+		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s did not write %s within %s:\n%s", p.name, path, within, p.out.String())
+		if _, err := os.Stat(path); err != nil {
+			return fmt.Errorf("%s did not write %s: %w\n%s", p.name, path, err, p.out.String())
 		}
-	}
+		return nil
+	})
 }
 
 // runCLI runs one everynode client command and returns its output.

@@ -47,6 +47,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"strings"
 	"sync"
 	"time"
@@ -57,6 +58,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/everynode/everynode/client"
+	"github.com/everynode/everynode/client/record"
 	"github.com/everynode/everynode/nodeagent/runtime"
 )
 
@@ -110,10 +112,20 @@ type Config struct {
 	Logger *slog.Logger
 	// DataDir holds the agent's state: the pods assigned through the API
 	// (DataDir/pods/assigned.json, for restarts while the server is
-	// unreachable) and emptyDir volumes (DataDir/pods/<uid>/volumes/<name>).
+	// unreachable), the pods' volumes (DataDir/pods/<uid>/volumes/<name>)
+	// and the ConfigMaps, Secrets and tokens they use (DataDir/objects).
 	// Empty: nothing is kept on disk and emptyDir storage is left to the
 	// runtime.
 	DataDir string
+	// APIServer is the API server's URL as handed to pods
+	// (KUBERNETES_SERVICE_HOST/PORT); empty: none. ClusterCA is the CA
+	// (PEM) pods get as ca.crt beside their service account token.
+	APIServer string
+	ClusterCA []byte
+	// Tokens requests service account tokens (TokenRequest); nil: Client,
+	// when it can (client.HTTP); without one, pods that need a token wait
+	// with CreateContainerConfigError.
+	Tokens TokenRequester
 	// Source delivers the desired pods of the API set; nil means a
 	// list+watch of pods with spec.nodeName=NodeName through Client, kept in
 	// DataDir when one is given. A Source given here is used as is.
@@ -140,6 +152,12 @@ type Config struct {
 	// heartbeat posted (DefaultNodeStatusPeriod).
 	NodeStatusPeriod time.Duration
 
+	// Images, when set, fetches an image from the servers' image store
+	// when the runtime cannot pull it (docs/edge.md §4); nil: pulls only.
+	Images ImageFetcher
+	// PeerBlobs, when set, serves image blobs to peers on the log endpoint
+	// under images.BlobsPath, authorizing requests itself.
+	PeerBlobs http.Handler
 	// ManifestDir holds static pod manifests (YAML or JSON, one or more
 	// documents of kind Pod per file), run without the API; empty: none.
 	ManifestDir string
@@ -184,8 +202,20 @@ type Agent struct {
 	// static is the static pods' source and mirror pod state; nil without
 	// ManifestDir.
 	static *staticPods
-	// events writes pod events best-effort; its writer runs under Run.
-	events *eventRecorder
+	// objects are the ConfigMaps and Secrets the pods use, watched and kept
+	// on disk.
+	objects *objectCache
+	// tokens are the pods' service account tokens.
+	tokens *tokenManager
+	// events writes the recorder's pod events; it runs under Run.
+	events   *record.Broadcaster
+	recorder record.EventRecorder
+	// present are the images found or brought onto the node (normalized
+	// name → size), reported in Node.status.images.
+	present presentImages
+	// prepull carries the images the Node's pre-pull annotations ask for
+	// from the node loop to the pre-pull loop (latest wins).
+	prepull chan []string
 }
 
 // New validates cfg and returns an Agent.
@@ -230,13 +260,25 @@ func New(cfg Config) (*Agent, error) {
 		rt:        cfg.Runtime,
 		api:       cfg.Client,
 		source:    cfg.Source,
-		probe:     newProber(),
+		probe:     proberFor(cfg.Runtime),
 		state:     make(map[types.UID]*podState),
 		lastSeen:  make(map[types.UID]string),
 		relistNow: make(chan struct{}, 1),
+		prepull:   make(chan []string, 1),
 		health:    &apiHealth{clock: cfg.Clock},
 	}
-	a.events = newEventRecorder(cfg.Client, cfg.Clock, a.log, cfg.NodeName, a.health.paused)
+	tokens := cfg.Tokens
+	if tr, ok := cfg.Client.(TokenRequester); ok && tokens == nil {
+		tokens = tr
+	}
+	a.tokens = newTokenManager(tokens, cfg.DataDir, cfg.Clock)
+	a.objects = newObjectCache(cfg.Client, cfg.DataDir, cfg.Clock, a.log, a.enqueue)
+	// While the API server is unreachable, events are dropped rather than
+	// queued behind client-go's retries.
+	a.events = record.NewBroadcaster(cfg.Client, record.Options{
+		Logger: a.log, Clock: cfg.Clock, CallTimeout: apiCallTimeout, Paused: a.health.paused,
+	})
+	a.recorder = a.events.NewRecorder(corev1.EventSource{Component: eventSource, Host: cfg.NodeName})
 	var sets []string
 	if cfg.ManifestDir != "" {
 		sets = append(sets, setStatic)
@@ -305,8 +347,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.facts = readHostFacts(hostSysFiles())
 	a.log.Info("agent starting", "runtime", v.Name, "runtimeVersion", v.Version, "workers", a.cfg.Workers)
 
+	a.events.Start()
+	defer a.events.Shutdown() // after every goroutine below has stopped
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	a.objects.start(ctx)
+	defer a.objects.wait() // after cancel: the watches end with ctx
 	var wg sync.WaitGroup
 	srcErr := make(chan error, 1)
 	wg.Add(1)
@@ -324,12 +370,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		a.events.run(ctx)
+		a.nodeLoop(ctx)
 	}()
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		a.nodeLoop(ctx)
+		a.prePullLoop(ctx)
 	}()
 	if a.static != nil {
 		wg.Add(2)
@@ -421,6 +467,8 @@ func (a *Agent) forget(uid types.UID) {
 	delete(a.state, uid)
 	a.mu.Unlock()
 	a.pods.forget(uid)
+	a.objects.use(uid, nil)
+	a.tokens.forget(string(uid))
 }
 
 func (a *Agent) knownState(uid types.UID) *podState {

@@ -3,8 +3,10 @@ package nodeagent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,6 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/everynode/everynode/client"
+	clientfake "github.com/everynode/everynode/client/fake"
+	"github.com/everynode/everynode/internal/testkit"
 	rtfake "github.com/everynode/everynode/nodeagent/runtime/fake"
 	"github.com/everynode/everynode/resources"
 )
@@ -31,7 +35,8 @@ func TestUnhonoured(t *testing.T) {
 			p.Spec.DNSPolicy = corev1.DNSClusterFirst
 			p.Spec.HostNetwork, p.Spec.HostPID = true, true
 			p.Spec.SchedulerName = corev1.DefaultSchedulerName
-			p.Spec.ServiceAccountName = "default"
+			p.Spec.ServiceAccountName = "robot"
+			p.Spec.AutomountServiceAccountToken = ptr(true)
 			p.Spec.EnableServiceLinks = ptr(true)
 			p.Spec.TerminationGracePeriodSeconds = ptr(int64(5))
 			p.Spec.SecurityContext = &corev1.PodSecurityContext{RunAsUser: ptr(int64(1000)), RunAsGroup: ptr(int64(1000)), RunAsNonRoot: ptr(true)}
@@ -40,6 +45,11 @@ func TestUnhonoured(t *testing.T) {
 			p.Spec.Volumes = []corev1.Volume{
 				{Name: "h", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/x", Type: ptr(corev1.HostPathUnset)}}},
 				{Name: "e", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+				{Name: "c", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{}}},
+				{Name: "s", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{}}},
+				{Name: "d", VolumeSource: corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{}}},
+				{Name: "p", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
+					{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "t"}}}}}},
 			}
 			c := &p.Spec.Containers[0]
 			c.TerminationMessagePath = corev1.TerminationMessagePathDefault
@@ -69,21 +79,21 @@ func TestUnhonoured(t *testing.T) {
 			p.Spec.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{{MaxSkew: 1}}
 			p.Spec.Overhead = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}
 			p.Spec.ActiveDeadlineSeconds = ptr(int64(5))
-			p.Spec.Volumes = []corev1.Volume{{Name: "cm", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{}}}}
+			p.Spec.Volumes = []corev1.Volume{{Name: "nfs", VolumeSource: corev1.VolumeSource{NFS: &corev1.NFSVolumeSource{}}}}
 			p.Spec.EphemeralContainers = []corev1.EphemeralContainer{{}}
 		}, []string{
-			"spec.volumes[0] (cm: only hostPath and emptyDir)", "spec.ephemeralContainers", "spec.activeDeadlineSeconds",
+			"spec.volumes[0] (nfs: only hostPath, emptyDir, configMap, secret, downwardAPI and projected)", "spec.ephemeralContainers", "spec.activeDeadlineSeconds",
 			"spec.dnsPolicy", "spec.dnsConfig", "spec.hostIPC", "spec.shareProcessNamespace",
-			"spec.securityContext.fsGroup", "spec.securityContext.sysctls", "spec.priorityClassName",
+			"spec.securityContext.fsGroup", "spec.securityContext.sysctls",
 			"spec.readinessGates", "spec.overhead", "spec.topologySpreadConstraints",
 		}},
 		{"container fields", func(p *corev1.Pod) {
 			c := &p.Spec.Containers[0]
 			c.Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{}}}
-			c.StartupProbe = &corev1.Probe{}
+			c.StartupProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{GRPC: &corev1.GRPCAction{Port: 9}}}
 			c.LivenessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{GRPC: &corev1.GRPCAction{Port: 9}}}
-			c.EnvFrom = []corev1.EnvFromSource{{}}
-			c.Env = []corev1.EnvVar{{Name: "S", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{}}}}
+			c.EnvFrom = []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{}}}
+			c.Env = []corev1.EnvVar{{Name: "S", ValueFrom: &corev1.EnvVarSource{FileKeyRef: &corev1.FileKeySelector{}}}}
 			c.Resources.Limits = corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}
 			c.TerminationMessagePolicy = corev1.TerminationMessageFallbackToLogsOnError
 			c.TTY = true
@@ -95,22 +105,35 @@ func TestUnhonoured(t *testing.T) {
 				AllowPrivilegeEscalation: ptr(true),
 			}
 		}, []string{
-			"spec.containers[0].envFrom", "spec.containers[0].env[0].valueFrom",
+			"spec.containers[0].env[0].valueFrom",
 			"spec.containers[0].resources.limits[nvidia.com/gpu]",
-			"spec.containers[0].livenessProbe.grpc", "spec.containers[0].startupProbe", "spec.containers[0].lifecycle",
+			"spec.containers[0].livenessProbe.grpc", "spec.containers[0].startupProbe.grpc", "spec.containers[0].lifecycle",
 			"spec.containers[0].terminationMessagePolicy", "spec.containers[0].tty",
-			"spec.containers[0].securityContext.runAsNonRoot (without runAsUser the image's user is not checked)",
-			"spec.containers[0].securityContext.seLinuxOptions", "spec.containers[0].securityContext.seccompProfile",
+			"spec.containers[0].securityContext.seLinuxOptions",
 			"spec.containers[0].securityContext.appArmorProfile",
 		}},
-		{"init container and group without user", func(p *corev1.Pod) {
+		{"init container, group without user", func(p *corev1.Pod) {
 			p.Spec.SecurityContext = &corev1.PodSecurityContext{RunAsGroup: ptr(int64(5))}
 			p.Spec.InitContainers = []corev1.Container{{Name: "init", Image: "busybox:1.36", RestartPolicy: ptr(corev1.ContainerRestartPolicyAlways)}}
 		}, []string{
 			"spec.initContainers[0].restartPolicy",
-			"spec.initContainers[0].securityContext.runAsGroup (without runAsUser)",
-			"spec.containers[0].securityContext.runAsGroup (without runAsUser)",
 		}},
+		{"honoured: pod spec of published DaemonSets", func(p *corev1.Pod) {
+			p.Spec.PriorityClassName = "system-node-critical"
+			p.Spec.DNSPolicy = corev1.DNSClusterFirstWithHostNet
+			p.Spec.HostNetwork, p.Spec.HostPID = true, true
+			p.Spec.SecurityContext = &corev1.PodSecurityContext{SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}}
+			p.Spec.Volumes = []corev1.Volume{{Name: "dev", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/dev", Type: ptr(corev1.HostPathDirectory)}}}}
+			p.Spec.InitContainers = []corev1.Container{{Name: "init", Image: "busybox:1.36"}}
+			c := &p.Spec.Containers[0]
+			c.StartupProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"true"}}}}
+			c.VolumeMounts = []corev1.VolumeMount{{Name: "dev", MountPath: "/dev", MountPropagation: ptr(corev1.MountPropagationBidirectional)}}
+			c.SecurityContext = &corev1.SecurityContext{
+				Privileged: ptr(true), RunAsNonRoot: ptr(true), RunAsGroup: ptr(int64(5)), ReadOnlyRootFilesystem: ptr(true),
+				Capabilities:   &corev1.Capabilities{Add: []corev1.Capability{"SYS_ADMIN"}},
+				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeLocalhost, LocalhostProfile: ptr("p.json")},
+			}
+		}, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -123,10 +146,25 @@ func TestUnhonoured(t *testing.T) {
 	}
 }
 
-// events flushes the agent's queued events and returns those of the pod.
+// events waits for the events recorded so far to be written and returns
+// those of the pod.
 func (e *env) events(pod string) []*corev1.Event {
 	e.t.Helper()
-	e.agent.events.flush(context.Background())
+	// The recorder writes events in order: once a marker event about a
+	// pod of its own is stored, every event recorded before it is
+	// written or dropped.
+	e.marks++
+	marker := newPod(fmt.Sprint("marker-", e.marks))
+	e.agent.event(marker, "", corev1.EventTypeNormal, "Marker", "m")
+	testkit.EventuallyTrue(e.t, 10*time.Second, "marker event written", func() bool {
+		l, _, _ := e.api.List(context.Background(), resources.Events, "default", client.ListOptions{})
+		for _, o := range l {
+			if o.(*corev1.Event).InvolvedObject.Name == marker.Name {
+				return true
+			}
+		}
+		return false
+	})
 	l, _, err := e.api.List(context.Background(), resources.Events, "default", client.ListOptions{})
 	if err != nil {
 		e.t.Fatal(err)
@@ -154,7 +192,7 @@ func TestUnsupportedFieldsEventOnce(t *testing.T) {
 	e := newEnv(t, rtfake.Config{})
 	e.seed(newPod("odd", func(p *corev1.Pod) {
 		p.Spec.HostIPC = true
-		p.Spec.Containers[0].StartupProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"true"}}}}
+		p.Spec.Containers[0].Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: []string{"true"}}}}
 	}))
 	e.seed(newPod("clean"))
 	for range 3 {
@@ -171,7 +209,7 @@ func TestUnsupportedFieldsEventOnce(t *testing.T) {
 	}
 	ev := evs[0]
 	pod := e.get("odd")
-	if want := "everynode does not honour: spec.containers[0].startupProbe, spec.hostIPC"; ev.Message != want {
+	if want := "everynode does not honour: spec.containers[0].lifecycle, spec.hostIPC"; ev.Message != want {
 		t.Errorf("message %q, want %q", ev.Message, want)
 	}
 	io := ev.InvolvedObject
@@ -179,7 +217,7 @@ func TestUnsupportedFieldsEventOnce(t *testing.T) {
 		t.Errorf("involvedObject %+v", io)
 	}
 	if ev.Type != corev1.EventTypeWarning || ev.Source.Component != "everynode-agent" || ev.Source.Host != testNode ||
-		ev.Count != 1 || !ev.FirstTimestamp.Time.Equal(t0) || !ev.LastTimestamp.Time.Equal(t0) || ev.Namespace != "default" ||
+		ev.Count != 1 || ev.FirstTimestamp.IsZero() || !ev.LastTimestamp.Equal(&ev.FirstTimestamp) || ev.Namespace != "default" ||
 		!strings.HasPrefix(ev.Name, "odd.") {
 		t.Errorf("event %+v", ev)
 	}
@@ -221,34 +259,39 @@ func TestCreateContainerConfigErrorEvent(t *testing.T) {
 
 func TestEventWriteFailureDoesNotFailSync(t *testing.T) {
 	e := newEnv(t, rtfake.Config{})
-	e.api.Fail("create", "events", errors.New("boom"))
+	var tries atomic.Int32
+	e.api.FailFunc("create", "events", func(clientfake.Action) error { tries.Add(1); return errors.New("boom") })
 	e.seed(newPod("p", func(p *corev1.Pod) { p.Spec.HostIPC = true }))
 	p, _ := e.sync("p")
 	if cstatus(t, p).State.Running == nil {
 		t.Fatalf("pod not running: %+v", p.Status)
 	}
-	if evs := e.events("p"); len(evs) != 0 {
-		t.Errorf("events written despite failure: %+v", evs)
-	}
+	testkit.EventuallyTrue(t, 10*time.Second, "an event write tried", func() bool { return tries.Load() > 0 })
 }
 
-func TestEventQueueBounded(t *testing.T) {
+// TestEventsNeverBlock: with the API hanging, recording many more events
+// than client-go's queue holds does not block (the rest are dropped).
+func TestEventsNeverBlock(t *testing.T) {
 	e := newEnv(t, rtfake.Config{})
-	pod := newPod("p")
-	for range eventQueueSize + 10 {
-		e.agent.event(pod, "", corev1.EventTypeNormal, eventStarted, "x") // must not block with no writer
-	}
-	evs := e.events("p")
-	if len(evs) != eventQueueSize {
-		t.Errorf("%d events written, want %d (the rest dropped)", len(evs), eventQueueSize)
-	}
-	names := map[string]bool{}
-	for _, ev := range evs {
-		names[ev.Name] = true
-	}
-	if len(names) != len(evs) {
-		t.Errorf("event names not unique at one instant: %d names for %d events", len(names), len(evs))
-	}
+	hang := make(chan struct{})
+	t.Cleanup(func() { close(hang) }) // before the recorder's Shutdown
+	e.api.FailFunc("create", "events", func(clientfake.Action) error { <-hang; return nil })
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		pod := newPod("p")
+		for i := range 3000 {
+			e.agent.event(pod, "", corev1.EventTypeNormal, eventStarted, "x%d", i)
+		}
+	}()
+	testkit.EventuallyTrue(t, 10*time.Second, "3000 events recorded", func() bool {
+		select {
+		case <-done:
+			return true
+		default:
+			return false
+		}
+	})
 }
 
 func TestSecurityContextMapped(t *testing.T) {
@@ -259,7 +302,7 @@ func TestSecurityContextMapped(t *testing.T) {
 			RunAsUser: ptr(int64(1001)), ReadOnlyRootFilesystem: ptr(true), AllowPrivilegeEscalation: ptr(false),
 		}
 	})
-	got, err := e.agent.containerSpec(pod, &pod.Spec.Containers[0], 0)
+	got, err := e.agent.containerSpec(t.Context(), pod, &pod.Spec.Containers[0], 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -267,10 +310,10 @@ func TestSecurityContextMapped(t *testing.T) {
 		!got.ReadOnlyRootFilesystem || !got.NoNewPrivileges {
 		t.Errorf("spec user %v group %v rofs %v nnp %v", got.RunAsUser, got.RunAsGroup, got.ReadOnlyRootFilesystem, got.NoNewPrivileges)
 	}
-	// Group without user is left to the image (and reported).
+	// Group without user: the runtime keeps the image's user.
 	pod.Spec.SecurityContext = &corev1.PodSecurityContext{RunAsGroup: ptr(int64(5))}
 	pod.Spec.Containers[0].SecurityContext = nil
-	if got, err = e.agent.containerSpec(pod, &pod.Spec.Containers[0], 0); err != nil || got.RunAsUser != nil || got.RunAsGroup != nil {
+	if got, err = e.agent.containerSpec(t.Context(), pod, &pod.Spec.Containers[0], 0); err != nil || got.RunAsUser != nil || got.RunAsGroup == nil || *got.RunAsGroup != 5 {
 		t.Errorf("group without user: %v %v %v", got.RunAsUser, got.RunAsGroup, err)
 	}
 }

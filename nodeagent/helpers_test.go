@@ -14,6 +14,7 @@ import (
 
 	"github.com/everynode/everynode/client"
 	clientfake "github.com/everynode/everynode/client/fake"
+	"github.com/everynode/everynode/internal/testkit"
 	"github.com/everynode/everynode/nodeagent/runtime"
 	rtfake "github.com/everynode/everynode/nodeagent/runtime/fake"
 	"github.com/everynode/everynode/resources"
@@ -49,6 +50,7 @@ type env struct {
 	api   *deleteRecorder
 	rt    *rtfake.Fake
 	clock *testingclock.FakeClock
+	marks int // events barriers so far
 }
 
 func newEnv(t *testing.T, rcfg rtfake.Config, objs ...resources.Object) *env {
@@ -70,6 +72,9 @@ func newEnv(t *testing.T, rcfg rtfake.Config, objs ...resources.Object) *env {
 		t.Fatal(err)
 	}
 	a.scheme = rtfake.Name
+	// The tests drive syncs without Run: events are written all the same.
+	a.events.Start()
+	t.Cleanup(a.events.Shutdown)
 	return &env{t: t, agent: a, api: api, rt: rt, clock: clk}
 }
 
@@ -186,15 +191,9 @@ func waitingReason(s corev1.ContainerStatus) string {
 	return s.State.Waiting.Reason
 }
 
-// eventually polls cond (a real asynchronous system: the agent's goroutines)
-// until it holds or the deadline passes.
+// eventually is testkit.EventuallyTrue with this package's deadline: cond
+// (a real asynchronous system: the agent's goroutines) must hold within 10s.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	testkit.EventuallyTrue(t, 10*time.Second, what, cond)
 }

@@ -76,8 +76,18 @@ func TestInitContainerFailure(t *testing.T) {
 			if p.Status.Phase != tt.wantPhase {
 				t.Errorf("phase %s, want %s", p.Status.Phase, tt.wantPhase)
 			}
-			if got := waitingReason(p.Status.InitContainerStatuses[0]); got != tt.wantWait {
+			is := p.Status.InitContainerStatuses[0]
+			if got := waitingReason(is); got != tt.wantWait {
 				t.Errorf("init waiting %q, want %q", got, tt.wantWait)
+			}
+			// kubectl shows Init:Error (terminated) or Init:CrashLoopBackOff
+			// (waiting, the failure in lastState), as with kubelet.
+			term := is.State.Terminated
+			if term == nil {
+				term = is.LastTerminationState.Terminated
+			}
+			if term == nil || term.Reason != "Error" || term.ExitCode != 3 {
+				t.Errorf("init container's failure not shown: %+v", is)
 			}
 			if s := cstatus(t, p); waitingReason(s) != reasonPodInitializing {
 				t.Errorf("app container %+v", s.State)

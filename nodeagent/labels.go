@@ -31,7 +31,8 @@ func ParseLabels(s string) (map[string]string, error) {
 }
 
 // ParseTaints parses the --taints flag: comma-separated taints written as
-// kubectl taint does, key=value:Effect or key:Effect, where Effect is
+// kubectl taint does (k8s.io/kubectl pkg/cmd/taint parseTaint, whose package
+// drags in kubectl's command machinery), key=value:Effect or key:Effect, where Effect is
 // NoSchedule, PreferNoSchedule or NoExecute ("dedicated=edge:NoSchedule,
 // gpu:NoExecute"). A key and effect pair given twice is an error. An empty
 // string yields no taints.

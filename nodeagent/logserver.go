@@ -14,6 +14,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/big"
 	"net"
 	"net/http"
@@ -21,6 +22,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/everynode/everynode/images"
 	"github.com/everynode/everynode/internal/httpserve"
 )
 
@@ -77,12 +79,11 @@ func (a *Agent) ServeLogs(ctx context.Context, ln net.Listener, tlsCfg *tls.Conf
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	srv := &http.Server{
-		Handler:           a.LogHandler(authorize),
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		BaseContext:       func(net.Listener) context.Context { return ctx },
-	}
+	// The connection deadlines of the API server (docs/security.md
+	// §1); no write timeout, which would cut follows.
+	srv := httpserve.NewServer(a.LogHandler(authorize), httpserve.DefaultLimits(),
+		slog.NewLogLogger(a.log.Handler(), slog.LevelDebug))
+	srv.BaseContext = func(net.Listener) context.Context { return ctx }
 	a.log.Info("serving container logs", "addr", ln.Addr().String(), "tls", tlsCfg != nil)
 	// cancel ends every follow (their contexts derive from BaseContext).
 	if err := httpserve.Serve(ctx, srv, ln, tlsCfg, logServerShutdown, cancel); err != nil {
@@ -96,23 +97,35 @@ func (a *Agent) ServeLogs(ctx context.Context, ln net.Listener, tlsCfg *tls.Conf
 func (a *Agent) LogHandler(authorize func(token string) bool) http.Handler {
 	mux := http.NewServeMux()
 	h := func(w http.ResponseWriter, req *http.Request) {
-		token, ok := logBearer(req.Header.Get("Authorization"))
-		if !ok || !authorize(token) {
-			http.Error(w, "Unauthorized", http.StatusUnauthorized)
-			return
-		}
 		a.serveContainerLogs(w, req)
 	}
 	mux.HandleFunc("GET /containerLogs/{namespace}/{pod}/{container}", h)
 	mux.HandleFunc("GET /containerLogs/{namespace}/{pod}", h)
-	mux.HandleFunc("/", func(w http.ResponseWriter, req *http.Request) {
-		if _, ok := logBearer(req.Header.Get("Authorization")); !ok {
-			http.Error(w, "Unauthorized", http.StatusUnauthorized)
+	mux.HandleFunc("/", http.NotFound)
+	// Every request is authenticated before anything else, its body unread.
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		// Image blobs for peers, with their own credential (images.PeerHandler).
+		if a.cfg.PeerBlobs != nil && strings.HasPrefix(req.URL.Path, images.BlobsPath) {
+			a.cfg.PeerBlobs.ServeHTTP(w, req)
 			return
 		}
-		http.NotFound(w, req)
+		token, ok := logBearer(req.Header.Get("Authorization"))
+		if !ok || !authorize(token) {
+			refuseLogRequest(w)
+			return
+		}
+		mux.ServeHTTP(w, req)
 	})
-	return mux
+}
+
+// refuseLogRequest answers 401 and closes the connection without reading
+// the request's body (docs/security.md §1).
+func refuseLogRequest(w http.ResponseWriter) {
+	w.Header().Set("Connection", "close")
+	// The server drains at most this long of a body it was sent before
+	// closing: the answer is flushed first.
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(time.Second))
+	http.Error(w, "Unauthorized", http.StatusUnauthorized)
 }
 
 func logBearer(h string) (string, bool) {

@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -185,5 +187,41 @@ func TestLogTokenPublishedPort(t *testing.T) {
 	}
 	if len(n.Status.Addresses) == 0 || n.Status.Addresses[0].Address != "192.0.2.10" || n.Status.Addresses[0].Type != "InternalIP" {
 		t.Errorf("addresses %v", n.Status.Addresses)
+	}
+}
+
+// TestLogServerRefusal: a request without the log token is answered 401
+// whatever its path, before its body is read, and its connection is closed
+// (docs/security.md §1).
+func TestLogServerRefusal(t *testing.T) {
+	e := newEnv(t, rtfake.Config{})
+	base, hc := logServer(t, e, "node:n1:secret")
+	for _, path := range []string{"/containerLogs/default/talk/app", "/pods", "/"} {
+		resp, body := logGet(t, hc, base+path, "wrong")
+		if resp.StatusCode != http.StatusUnauthorized || !resp.Close {
+			t.Errorf("GET %s with a wrong token: %d, close %v: %q", path, resp.StatusCode, resp.Close, body)
+		}
+	}
+	c, err := tls.Dial("tcp", strings.TrimPrefix(base, "https://"), &tls.Config{InsecureSkipVerify: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprintf(c, "POST /containerLogs/default/talk/app HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n", 100<<20)
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("no answer before the body: %v", err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	if resp.StatusCode != http.StatusUnauthorized || !resp.Close {
+		t.Fatalf("anonymous 100 MB POST: %d, close %v", resp.StatusCode, resp.Close)
+	}
+	if _, err := io.Copy(io.Discard, br); err != nil {
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			t.Fatal("the connection stayed open after the 401")
+		}
 	}
 }

@@ -101,14 +101,20 @@ func (a *Agent) syncMirror(ctx context.Context, p *corev1.Pod) error {
 	if apierrors.IsNotFound(err) {
 		return a.createMirror(ctx, p)
 	}
-	if err != nil {
+	// A pod of another node holds the name: the node authorizer does not
+	// let this node read it.
+	held := apierrors.IsForbidden(err)
+	if err != nil && !held {
 		return fmt.Errorf("nodeagent: get mirror pod %s: %w", key, err)
 	}
-	cur, ok := obj.(*corev1.Pod)
-	if !ok {
+	cur, _ := obj.(*corev1.Pod)
+	if !held && cur == nil {
 		return fmt.Errorf("nodeagent: get mirror pod %s: got %T", key, obj)
 	}
-	hash, mirror := cur.Annotations[AnnotationConfigMirror]
+	hash, mirror := "", false
+	if cur != nil {
+		hash, mirror = cur.Annotations[AnnotationConfigMirror]
+	}
 	if !mirror {
 		m := s.mirrors[key]
 		if m == nil || !m.conflict {
@@ -147,8 +153,11 @@ func (a *Agent) createMirror(ctx context.Context, p *corev1.Pod) error {
 	m.UID, m.ResourceVersion = "", ""
 	m.Status = corev1.PodStatus{}
 	m.Annotations[AnnotationConfigMirror] = string(p.UID)
+	// NodeRestriction admits a node's mirror pod only with its Node as
+	// its one controller owner (docs/security.md §3).
+	controller := true
 	m.OwnerReferences = []metav1.OwnerReference{{
-		APIVersion: "v1", Kind: "Node", Name: a.cfg.NodeName, UID: nodeObj.GetUID(),
+		APIVersion: "v1", Kind: "Node", Name: a.cfg.NodeName, UID: nodeObj.GetUID(), Controller: &controller,
 	}}
 	obj, err := a.api.Create(ctx, m, client.WriteOptions{FieldManager: agentFieldManager})
 	if apierrors.IsAlreadyExists(err) {

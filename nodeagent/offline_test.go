@@ -3,6 +3,7 @@ package nodeagent
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/everynode/everynode/client"
 	clientfake "github.com/everynode/everynode/client/fake"
+	"github.com/everynode/everynode/internal/testkit"
 	"github.com/everynode/everynode/nodeagent/runtime"
 	rtfake "github.com/everynode/everynode/nodeagent/runtime/fake"
 	"github.com/everynode/everynode/resources"
@@ -277,13 +279,13 @@ func TestOfflineStartWithoutDiskCopyTouchesNothing(t *testing.T) {
 	}
 	o.net.cut()
 	o.run()
-	for range 5 {
-		o.clock.Step(time.Second)
-		time.Sleep(5 * time.Millisecond)
-	}
-	if n := o.rt.CountCalls("RemoveContainer"); n != 0 {
-		t.Errorf("removed %d containers without knowing the desired pods", n)
-	}
+	o.stepUntil("five offline relists", time.Second, func() bool { return o.rt.CountCalls("ListContainers") >= 5 })
+	testkit.Consistently(t, 100*time.Millisecond, func() error {
+		if n := o.rt.CountCalls("RemoveContainer"); n != 0 {
+			return fmt.Errorf("removed %d containers without knowing the desired pods", n)
+		}
+		return nil
+	})
 	// Once the API answers (no such pod), the container is swept.
 	o.net.restore()
 	o.stepUntil("the unknown container swept", time.Second, func() bool {
@@ -343,10 +345,7 @@ func TestOfflineRestartWithStaticAndAssignedPods(t *testing.T) {
 	o.rt.ResetCalls()
 	o.restart()
 	o.run()
-	for range 5 {
-		o.clock.Step(time.Second)
-		time.Sleep(5 * time.Millisecond)
-	}
+	o.stepUntil("five offline relists", time.Second, func() bool { return o.rt.CountCalls("ListContainers") >= 5 })
 	eventually(t, "both pods' containers inspected", func() bool {
 		seen := map[string]bool{}
 		for _, c := range o.rt.Calls() {
@@ -359,7 +358,10 @@ func TestOfflineRestartWithStaticAndAssignedPods(t *testing.T) {
 			t.Errorf("%s: running %+v, want the adopted %s", name, r, id)
 		}
 	}
-	if n := o.rt.CountCalls("CreateContainer") + o.rt.CountCalls("RemoveContainer"); n != 0 {
-		t.Errorf("%d containers created or removed after an offline restart", n)
-	}
+	testkit.Consistently(t, 100*time.Millisecond, func() error {
+		if n := o.rt.CountCalls("CreateContainer") + o.rt.CountCalls("RemoveContainer"); n != 0 {
+			return fmt.Errorf("%d containers created or removed after an offline restart", n)
+		}
+		return nil
+	})
 }

@@ -2,6 +2,7 @@ package nodeagent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -33,6 +34,9 @@ const (
 	pullErrorShown = time.Second
 	// defaultGrace is the termination grace period when the pod gives none.
 	defaultGrace = 30 * time.Second
+	// mountRetry is how soon a volume that could not be set up (a hostPath
+	// type check failed) is tried again.
+	mountRetry = 2 * time.Second
 )
 
 // Waiting reasons, as kubelet reports them.
@@ -103,8 +107,8 @@ type containerState struct {
 	// crash back-off was reported.
 	failedEvent, backOffFor string
 	// probes, for the container probeID.
-	probeID     string
-	live, ready probeState
+	probeID              string
+	live, ready, startup probeState
 }
 
 // crashDelay is the back-off before restart n+1 after n back-off restarts.
@@ -186,6 +190,8 @@ func (a *Agent) syncPod(ctx context.Context, uid types.UID) (time.Duration, erro
 		return 0, nil
 	}
 	a.reportUnsupported(pod, st)
+	a.objects.use(uid, podObjectRefs(pod))
+	a.refreshVolumes(ctx, pod)
 	podIP := a.podIP(pod, held, obs)
 	for _, cs := range st.containers {
 		cs.waiting = nil
@@ -366,7 +372,15 @@ func (a *Agent) startContainer(ctx context.Context, pod *corev1.Pod, c *corev1.C
 		cs.waiting = wait
 		return wake, false, err
 	}
-	spec, err := a.containerSpec(pod, c, attempt)
+	if err := a.checkNonRoot(ctx, pod, c); err != nil {
+		if ctx.Err() != nil {
+			return time.Time{}, false, err
+		}
+		cs.waiting = &corev1.ContainerStateWaiting{Reason: reasonCreateConfigError, Message: err.Error()}
+		a.failedEvent(pod, c.Name, cs, err)
+		return time.Time{}, false, nil
+	}
+	spec, err := a.containerSpec(ctx, pod, c, attempt)
 	if err != nil {
 		cs.waiting = &corev1.ContainerStateWaiting{Reason: reasonCreateConfigError, Message: err.Error()}
 		a.failedEvent(pod, c.Name, cs, err)
@@ -377,6 +391,9 @@ func (a *Agent) startContainer(ctx context.Context, pod *corev1.Pod, c *corev1.C
 	if err != nil {
 		if ctx.Err() != nil {
 			return time.Time{}, false, err
+		}
+		if re := (*runtime.Error)(nil); errors.As(err, &re) && re.Kind == runtime.MountFailed {
+			return a.mountFailed(pod, c, cs, re, now), false, nil
 		}
 		log.Warn("create container failed", "err", err)
 		cs.waiting = &corev1.ContainerStateWaiting{Reason: reasonCreateError, Message: err.Error()}
@@ -402,6 +419,42 @@ func (a *Agent) startContainer(ctx context.Context, pod *corev1.Pod, c *corev1.C
 	return time.Time{}, true, nil
 }
 
+// checkNonRoot refuses, as kubelet, a runAsNonRoot container that would run
+// as root; without runAsUser the image's user decides.
+func (a *Agent) checkNonRoot(ctx context.Context, pod *corev1.Pod, c *corev1.Container) error {
+	uid, _, nonRoot := effectiveUser(pod, c)
+	if nonRoot == nil || !*nonRoot {
+		return nil
+	}
+	var img runtime.Image
+	if uid == nil {
+		var err error
+		if img, err = a.rt.ImageStatus(ctx, c.Image); err != nil {
+			return fmt.Errorf("nodeagent: image status %s: %w", c.Image, err)
+		}
+	}
+	return verifyNonRoot(pod, c, img)
+}
+
+// mountFailed reports a volume the runtime could not set up as kubelet
+// does: the container keeps waiting (ContainerCreating, PodInitializing for
+// an init container), a FailedMount warning says why, and the mount is
+// retried after mountRetry.
+func (a *Agent) mountFailed(pod *corev1.Pod, c *corev1.Container, cs *containerState, re *runtime.Error, now time.Time) time.Time {
+	reason := reasonContainerCreating
+	if isInitContainer(pod, c.Name) {
+		reason = reasonPodInitializing
+	}
+	cs.waiting = &corev1.ContainerStateWaiting{Reason: reason}
+	msg := fmt.Sprintf("MountVolume.SetUp failed for volume %q : %v", re.Subject, re.Err)
+	if msg != cs.failedEvent {
+		cs.failedEvent = msg
+		a.log.Warn("volume setup failed", "pod", podRef(pod), "container", c.Name, "volume", re.Subject, "err", re.Err)
+		a.event(pod, "", corev1.EventTypeWarning, eventFailedMount, "%s", msg)
+	}
+	return now.Add(mountRetry)
+}
+
 // ensureImage makes the container's image present as imagePullPolicy says.
 // A non-nil waiting state means the container cannot start yet.
 func (a *Agent) ensureImage(ctx context.Context, pod *corev1.Pod, c *corev1.Container, cs *containerState, now time.Time) (*corev1.ContainerStateWaiting, time.Time, error) {
@@ -411,8 +464,11 @@ func (a *Agent) ensureImage(ctx context.Context, pod *corev1.Pod, c *corev1.Cont
 			Message: fmt.Sprintf("Back-off pulling image %q: %s", c.Image, cs.pullErr),
 		}, cs.pullRetryAt, nil
 	}
-	_, err := a.rt.ImageStatus(ctx, c.Image)
+	img, err := a.rt.ImageStatus(ctx, c.Image)
 	present := err == nil
+	if present {
+		a.present.add(c.Image, img.Size)
+	}
 	if err != nil && !runtime.IsImageNotFound(err) {
 		return nil, time.Time{}, fmt.Errorf("nodeagent: image status %s: %w", c.Image, err)
 	}
@@ -436,6 +492,12 @@ func (a *Agent) ensureImage(ctx context.Context, pod *corev1.Pod, c *corev1.Cont
 	if _, err := a.rt.PullImage(ctx, c.Image); err != nil {
 		if ctx.Err() != nil {
 			return nil, time.Time{}, err
+		}
+		if ok, ferr := a.fetchImage(ctx, pod, c); ok {
+			cs.pullFailures, cs.pullRetryAt, cs.pullErr = 0, time.Time{}, ""
+			return nil, time.Time{}, nil
+		} else if ferr != nil {
+			err = ferr
 		}
 		cs.pullFailures++
 		cs.pullRetryAt = now.Add(crashDelay(cs.pullFailures - 1))

@@ -43,6 +43,17 @@ func (p *probeState) record(ok bool, msg string, pr *corev1.Probe) {
 	}
 }
 
+// recordStartup folds in a startup probe result: one success starts the
+// container for good (the startup probe's successThreshold is 1).
+func (p *probeState) recordStartup(ok bool, msg string) {
+	p.msg = msg
+	if ok {
+		p.ok, p.failures = true, 0
+		return
+	}
+	p.failures++
+}
+
 func failureThreshold(pr *corev1.Probe) int {
 	if pr.FailureThreshold > 0 {
 		return int(pr.FailureThreshold)
@@ -62,6 +73,22 @@ func probeTimeout(pr *corev1.Probe) time.Duration {
 		return time.Duration(pr.TimeoutSeconds) * time.Second
 	}
 	return time.Second
+}
+
+// networkProber is a runtime that answers httpGet and tcpSocket probes
+// itself: the fake runtime, whose pretend processes listen nowhere.
+type networkProber interface {
+	ProbeHTTP(ctx context.Context, u *url.URL, header http.Header) (int, error)
+	ProbeTCP(ctx context.Context, addr string) error
+}
+
+// proberFor returns the prober of rt: its own when it answers probes
+// (networkProber), else newProber's, over the network.
+func proberFor(rt any) prober {
+	if np, ok := rt.(networkProber); ok {
+		return prober{httpGet: np.ProbeHTTP, dial: np.ProbeTCP}
+	}
+	return newProber()
 }
 
 // prober runs httpGet and tcpSocket probes over the network; exec probes go
@@ -226,12 +253,43 @@ func (a *Agent) probeContainer(ctx context.Context, pod *corev1.Pod, c *corev1.C
 		}
 		cs.live = probeState{ok: true}
 		cs.ready = probeState{}
+		cs.startup = probeState{}
+		if p := c.StartupProbe; p != nil {
+			cs.startup.next = start.Add(time.Duration(p.InitialDelaySeconds) * time.Second)
+		}
 		if p := c.LivenessProbe; p != nil {
 			cs.live.next = start.Add(time.Duration(p.InitialDelaySeconds) * time.Second)
 		}
 		if p := c.ReadinessProbe; p != nil {
 			cs.ready.next = start.Add(time.Duration(p.InitialDelaySeconds) * time.Second)
 		}
+	}
+	if p := c.StartupProbe; p != nil && !cs.startup.ok {
+		// As kubelet: until the startup probe succeeds, liveness and
+		// readiness are not probed (the container is neither started nor
+		// ready); past its failure threshold the container is killed.
+		if !now.Before(cs.startup.next) {
+			ok, msg := a.runProbe(ctx, pod, c, cur.ID, podIP, p)
+			if ctx.Err() != nil {
+				return time.Time{}, false, ctx.Err()
+			}
+			cs.startup.recordStartup(ok, msg)
+			cs.startup.next = now.Add(probePeriod(p))
+		}
+		if cs.startup.failures >= failureThreshold(p) {
+			a.log.Info("startup probe failed, restarting container", "pod", podRef(pod), "container", c.Name, "reason", cs.startup.msg)
+			a.event(pod, c.Name, corev1.EventTypeWarning, eventUnhealthy, "Startup probe failed: %s", cs.startup.msg)
+			a.event(pod, c.Name, corev1.EventTypeNormal, eventKilling, "Container %s failed startup probe, will be restarted", c.Name)
+			if err := a.rt.StopContainer(ctx, cur.ID, podGrace(pod, p)); err != nil && !runtime.IsNotFound(err) {
+				return time.Time{}, false, fmt.Errorf("nodeagent: stop container %s: %w", cur.ID, err)
+			}
+			return now, true, nil
+		}
+		if !cs.startup.ok {
+			return cs.startup.next, false, nil
+		}
+		// Started: liveness and readiness begin now (their initial delays
+		// count from the container's start, as kubelet's).
 	}
 	var wake time.Time
 	if p := c.LivenessProbe; p != nil {
@@ -271,9 +329,18 @@ func (a *Agent) probeContainer(ctx context.Context, pod *corev1.Pod, c *corev1.C
 	return wake, false, nil
 }
 
+// containerStarted reports whether a running container counts as started:
+// its startup probe, if any, succeeded.
+func containerStarted(c *corev1.Container, cs *containerState, cur runtime.ContainerStatus) bool {
+	if cur.State != runtime.StateRunning {
+		return false
+	}
+	return c.StartupProbe == nil || (cs.probeID == cur.ID && cs.startup.ok)
+}
+
 // containerReady reports whether a running container counts as ready.
 func containerReady(c *corev1.Container, cs *containerState, cur runtime.ContainerStatus) bool {
-	if cur.State != runtime.StateRunning {
+	if !containerStarted(c, cs, cur) {
 		return false
 	}
 	if c.ReadinessProbe == nil {

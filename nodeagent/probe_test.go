@@ -147,6 +147,7 @@ func TestNetworkProbes(t *testing.T) {
 	}()
 
 	e := newEnv(t, rtfake.Config{IP: host})
+	e.agent.probe = newProber() // over the network, not the fake runtime's own answers
 	pod := &corev1.Pod{Spec: corev1.PodSpec{}}
 	c := &corev1.Container{Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: int32(port)}}}
 	httpProbe := &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{

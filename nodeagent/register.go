@@ -20,9 +20,9 @@ import (
 )
 
 // Annotations on the Node that remember which labels and taints came from
-// the agent's configuration, so a restart with fewer --labels or --taints
-// removes what it used to set and nothing that others (kubectl label,
-// kubectl taint) added.
+// the agent's configuration, so a restart with fewer --labels removes what
+// it used to set and nothing that others (kubectl label) added. Taints are
+// set only at registration (reconcileMeta).
 const (
 	// AnnotationManagedLabels lists the label keys the agent set from its
 	// configuration, comma-separated and sorted.
@@ -55,6 +55,10 @@ const (
 	// registerMinBackoff is the first retry delay after a failed Node
 	// write; it doubles up to the status period.
 	registerMinBackoff = time.Second
+	// registerMaxBackoff caps that delay when the status period is longer
+	// (the wan profile's minutes): a Node the server lost is re-created
+	// within this long of the server's return.
+	registerMaxBackoff = 30 * time.Second
 	// agentFieldManager names the agent's writes.
 	agentFieldManager = "everynode-agent"
 )
@@ -68,7 +72,7 @@ func (a *Agent) wellKnownLabels() map[string]string {
 	}
 }
 
-// nodeLoop registers the Node, then keeps its labels, taints and status
+// nodeLoop registers the Node, then keeps its labels and status
 // current every NodeStatusPeriod, re-creating it when it was deleted. A
 // failed write is retried with back-off; the loop ends with ctx.
 func (a *Agent) nodeLoop(ctx context.Context) {
@@ -89,7 +93,7 @@ func (a *Agent) nodeLoop(ctx context.Context) {
 			}
 			a.log.Log(ctx, lvl, "node registration or status update failed, will retry", "err", err, "after", backoff)
 			wait = backoff
-			backoff = min(backoff*2, a.cfg.NodeStatusPeriod)
+			backoff = min(backoff*2, a.cfg.NodeStatusPeriod, registerMaxBackoff)
 			failing = true
 		} else {
 			if failing {
@@ -106,10 +110,10 @@ func (a *Agent) nodeLoop(ctx context.Context) {
 	}
 }
 
-// syncNode creates the Node when it is missing, reconciles the labels and
-// taints the agent manages (once per Run, like kubelet at registration: a
-// later kubectl label or taint of the same key is not fought), and posts
-// the status.
+// syncNode creates the Node when it is missing (with its taints),
+// reconciles the labels the agent manages (once per Run, like kubelet at
+// registration: a later kubectl label of the same key is not fought), and
+// posts the status.
 func (a *Agent) syncNode(ctx context.Context) error {
 	opts := client.WriteOptions{FieldManager: agentFieldManager}
 	obj, err := a.api.Get(ctx, resources.Nodes, "", a.cfg.NodeName)
@@ -129,9 +133,10 @@ func (a *Agent) syncNode(ctx context.Context) error {
 	if !ok {
 		return fmt.Errorf("nodeagent: register node %s: got %T", a.cfg.NodeName, obj)
 	}
+	a.requestPrePull(node)
 	next := node.DeepCopy()
 	if !a.nodeMetaDone {
-		a.reconcileMeta(next)
+		a.reconcileMeta(next, false)
 	}
 	if !equality.Semantic.DeepEqual(next.ObjectMeta, node.ObjectMeta) || !equality.Semantic.DeepEqual(next.Spec, node.Spec) {
 		out, err := a.api.Update(ctx, next, opts)
@@ -155,17 +160,19 @@ func (a *Agent) syncNode(ctx context.Context) error {
 func (a *Agent) newNode() *corev1.Node {
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: a.cfg.NodeName}}
 	resources.Nodes.SetTypeMeta(n)
-	a.reconcileMeta(n)
+	a.reconcileMeta(n, true)
 	a.setNodeStatus(&n.Status, a.clock.Now())
 	return n
 }
 
-// reconcileMeta sets the well-known and configured labels and the
-// configured taints, removes the ones a previous configuration set that
-// this one does not, and records what it manages in the annotations.
-// Labels and taints others set are kept, and so are the node lifecycle
-// controller's node.kubernetes.io/ taints.
-func (a *Agent) reconcileMeta(n *corev1.Node) {
+// reconcileMeta sets the well-known and configured labels, removes the
+// ones a previous configuration set that this one does not, and records
+// what it manages in the annotations; labels others set are kept. The
+// configured taints are set only when the Node registers (registering), as
+// kubelet's --register-with-taints: afterwards a node may not change its
+// own taints (NodeRestriction, docs/security.md §3), so a changed --taints
+// is reported and left to an admin ("everynode taint").
+func (a *Agent) reconcileMeta(n *corev1.Node, registering bool) {
 	if n.Labels == nil {
 		n.Labels = map[string]string{}
 	}
@@ -185,40 +192,32 @@ func (a *Agent) reconcileMeta(n *corev1.Node) {
 	}
 	setList(n.Annotations, AnnotationManagedLabels, sortedKeys(a.cfg.Labels))
 
-	want := make(map[string]corev1.Taint, len(a.cfg.Taints))
-	for _, t := range a.cfg.Taints {
-		want[taintID(t)] = t
-	}
-	dropped := map[string]bool{}
-	for _, id := range splitList(n.Annotations[AnnotationManagedTaints]) {
-		if _, keep := want[id]; !keep && !strings.HasPrefix(id, ReservedTaintPrefix) {
-			dropped[id] = true
-		}
-	}
-	var taints []corev1.Taint
-	for _, t := range n.Spec.Taints {
-		id := taintID(t)
-		switch w, ok := want[id]; {
-		case ok:
-			t.Value = w.Value
-			delete(want, id)
-		case dropped[id]:
-			continue
-		}
-		taints = append(taints, t)
-	}
-	for _, t := range a.cfg.Taints {
-		if _, missing := want[taintID(t)]; missing {
-			taints = append(taints, t)
-		}
-	}
-	n.Spec.Taints = taints
 	ids := make([]string, 0, len(a.cfg.Taints))
 	for _, t := range a.cfg.Taints {
 		ids = append(ids, taintID(t))
 	}
 	slices.Sort(ids)
+	if !registering {
+		if !a.hasTaints(n) {
+			a.log.Warn("--taints differ from the registered node's taints; a node may not change its own taints: an admin changes them with \"everynode taint node "+a.cfg.NodeName+" ...\"",
+				"configured", strings.Join(ids, ","))
+		}
+		return
+	}
+	n.Spec.Taints = append([]corev1.Taint(nil), a.cfg.Taints...)
 	setList(n.Annotations, AnnotationManagedTaints, ids)
+}
+
+// hasTaints reports whether n carries every configured taint with its value.
+func (a *Agent) hasTaints(n *corev1.Node) bool {
+	for _, want := range a.cfg.Taints {
+		if !slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool {
+			return taintID(t) == taintID(want) && t.Value == want.Value
+		}) {
+			return false
+		}
+	}
+	return true
 }
 
 // setList stores a sorted list in an annotation, removing it when empty.
@@ -274,6 +273,7 @@ func (a *Agent) setNodeStatus(s *corev1.NodeStatus, now time.Time) {
 	}
 	s.Addresses = append(s.Addresses, corev1.NodeAddress{Type: corev1.NodeHostName, Address: a.cfg.NodeName})
 	s.DaemonEndpoints.KubeletEndpoint.Port = a.cfg.LogPort
+	s.Images = a.present.list()
 	if s.Phase == "" {
 		s.Phase = corev1.NodeRunning
 	}

@@ -215,6 +215,8 @@ func TestRegisterCapacityOverride(t *testing.T) {
 	}
 }
 
+// TestRegisterKeepsWhatOthersSet: a restart reconciles the labels of the
+// flags and keeps the labels others set; taints stay as registered.
 func TestRegisterKeepsWhatOthersSet(t *testing.T) {
 	e := newEnv(t, rtfake.Config{})
 	e.reconfigure(func(c *Config) {
@@ -254,7 +256,10 @@ func TestRegisterKeepsWhatOthersSet(t *testing.T) {
 	for _, tt := range n.Spec.Taints {
 		got[taintID(tt)] = tt.Value
 	}
-	want := map[string]string{"kept:NoExecute": "now", "manual:NoSchedule": "1", "node.kubernetes.io/unreachable:NoExecute": ""}
+	// Taints are the registration's and others': a node may not change its
+	// own taints once registered (NodeRestriction), so --taints is not
+	// applied again.
+	want := map[string]string{"old:NoSchedule": "x", "kept:NoExecute": "", "manual:NoSchedule": "1", "node.kubernetes.io/unreachable:NoExecute": ""}
 	if len(got) != len(want) {
 		t.Errorf("taints %v, want %v", got, want)
 	}
@@ -263,7 +268,7 @@ func TestRegisterKeepsWhatOthersSet(t *testing.T) {
 			t.Errorf("taint %s = %q (present %v), want %q", k, gv, ok, v)
 		}
 	}
-	if n.Annotations[AnnotationManagedLabels] != "zone" || n.Annotations[AnnotationManagedTaints] != "kept:NoExecute" {
+	if n.Annotations[AnnotationManagedLabels] != "zone" || n.Annotations[AnnotationManagedTaints] != "kept:NoExecute,old:NoSchedule" {
 		t.Errorf("annotations %v", n.Annotations)
 	}
 
@@ -279,8 +284,8 @@ func TestRegisterKeepsWhatOthersSet(t *testing.T) {
 	if _, ok := n.Annotations[AnnotationManagedLabels]; ok {
 		t.Errorf("annotations %v", n.Annotations)
 	}
-	if len(n.Spec.Taints) != 2 {
-		t.Errorf("taints %+v, want manual and unreachable", n.Spec.Taints)
+	if len(n.Spec.Taints) != 4 {
+		t.Errorf("taints %+v, want the registration's, manual and unreachable", n.Spec.Taints)
 	}
 }
 

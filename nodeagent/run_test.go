@@ -2,7 +2,6 @@ package nodeagent
 
 import (
 	"context"
-	goruntime "runtime"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	clientfake "github.com/everynode/everynode/client/fake"
+	"github.com/everynode/everynode/internal/testkit"
 	"github.com/everynode/everynode/nodeagent/runtime"
 	rtfake "github.com/everynode/everynode/nodeagent/runtime/fake"
 	"github.com/everynode/everynode/resources"
@@ -69,7 +69,7 @@ func TestDeletionStopsWithGraceThenDeletesPod(t *testing.T) {
 // for Run to return and checks that no goroutine outlives it.
 func (e *env) run() (stop func()) {
 	e.t.Helper()
-	before := goruntime.NumGoroutine()
+	checkLeaks := testkit.LeakCheck(e.t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- e.agent.Run(ctx) }()
@@ -85,15 +85,7 @@ func (e *env) run() (stop func()) {
 			case <-time.After(10 * time.Second):
 				e.t.Fatal("Run did not return after cancel")
 			}
-			deadline := time.Now().Add(5 * time.Second)
-			for goruntime.NumGoroutine() > before {
-				if time.Now().After(deadline) {
-					buf := make([]byte, 1<<20)
-					n := goruntime.Stack(buf, true)
-					e.t.Fatalf("goroutine leak: %d before Run, %d after\n%s", before, goruntime.NumGoroutine(), buf[:n])
-				}
-				time.Sleep(2 * time.Millisecond)
-			}
+			checkLeaks()
 		})
 	}
 	e.t.Cleanup(stop)

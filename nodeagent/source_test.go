@@ -78,7 +78,9 @@ func TestAPISource(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "a created pod", func() bool { return sink.names()["late"] })
-	if _, err := api.Delete(bg, resources.Pods, "default", "mine", metav1.DeleteOptions{}); err != nil {
+	// Grace period 0: the pod is removed, not only marked for deletion.
+	zero := int64(0)
+	if _, err := api.Delete(bg, resources.Pods, "default", "mine", metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "a deleted pod", func() bool { return !sink.names()["mine"] })

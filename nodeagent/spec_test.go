@@ -20,8 +20,9 @@ func TestContainerSpec(t *testing.T) {
 		p.Labels = map[string]string{"app": "web"}
 		p.Status.PodIP = "10.1.2.3"
 		p.Spec.HostPID = true
+		p.Spec.SecurityContext = &corev1.PodSecurityContext{SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeUnconfined}}
 		p.Spec.Volumes = []corev1.Volume{
-			{Name: "logs", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/var/log"}}},
+			{Name: "logs", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/var/log", Type: ptr(corev1.HostPathDirectoryOrCreate)}}},
 			{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 			{Name: "mem", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory}}},
 		}
@@ -41,7 +42,7 @@ func TestContainerSpec(t *testing.T) {
 		}
 		c.Ports = []corev1.ContainerPort{{Name: "http", ContainerPort: 8080, HostPort: 80, Protocol: corev1.ProtocolTCP}}
 		c.VolumeMounts = []corev1.VolumeMount{
-			{Name: "logs", MountPath: "/host/log", ReadOnly: true},
+			{Name: "logs", MountPath: "/host/log", ReadOnly: true, MountPropagation: ptr(corev1.MountPropagationHostToContainer)},
 			{Name: "scratch", MountPath: "/scratch", SubPath: "x"},
 			{Name: "mem", MountPath: "/dev/shm"},
 		}
@@ -54,7 +55,7 @@ func TestContainerSpec(t *testing.T) {
 			Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"NET_ADMIN"}, Drop: []corev1.Capability{"ALL"}},
 		}
 	})
-	got, err := e.agent.containerSpec(pod, &pod.Spec.Containers[0], 3)
+	got, err := e.agent.containerSpec(t.Context(), pod, &pod.Spec.Containers[0], 3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,14 +73,16 @@ func TestContainerSpec(t *testing.T) {
 		Ports:   []runtime.Port{{Name: "http", ContainerPort: 8080, HostPort: 80, Protocol: "TCP"}},
 		HostPID: true,
 		Mounts: []runtime.Mount{
-			{Type: runtime.MountBind, Source: "/var/log", Target: "/host/log", ReadOnly: true},
-			{Type: runtime.MountEmptyDir, Source: filepath.Join(e.agent.cfg.DataDir, "pods", "uid-spec", "volumes", "scratch", "x"), Target: "/scratch"},
-			{Type: runtime.MountTmpfs, Target: "/dev/shm"},
+			{Type: runtime.MountBind, Source: "/var/log", Target: "/host/log", ReadOnly: true, Volume: "logs",
+				HostPath: "/var/log", HostPathType: runtime.HostPathDirectoryOrCreate, Propagation: runtime.PropagationHostToContainer},
+			{Type: runtime.MountEmptyDir, Source: filepath.Join(e.agent.cfg.DataDir, "pods", "uid-spec", "volumes", "scratch", "x"), Target: "/scratch", Volume: "scratch"},
+			{Type: runtime.MountTmpfs, Target: "/dev/shm", Volume: "mem"},
 		},
 		Resources:  runtime.Resources{CPUMillis: 500, MemoryBytes: 64 << 20},
 		Privileged: true,
 		CapAdd:     []string{"NET_ADMIN"},
 		CapDrop:    []string{"ALL"},
+		Seccomp:    runtime.SeccompUnconfined,
 		Labels: map[string]string{
 			runtime.LabelNode: "n1", runtime.LabelPodNamespace: "default", runtime.LabelPodName: "spec",
 			runtime.LabelPodUID: "uid-spec", runtime.LabelContainer: "app", runtime.LabelAttempt: "3",
@@ -97,16 +100,22 @@ func TestContainerSpecUnsupported(t *testing.T) {
 		mod  func(*corev1.Pod)
 		want string
 	}{
-		{"secret env", func(p *corev1.Pod) {
-			p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "X", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{Key: "k"}}}}
-		}, "only fieldRef"},
-		{"envFrom", func(p *corev1.Pod) {
-			p.Spec.Containers[0].EnvFrom = []corev1.EnvFromSource{{}}
-		}, "envFrom"},
-		{"configMap volume", func(p *corev1.Pod) {
-			p.Spec.Volumes = []corev1.Volume{{Name: "cfg", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{}}}}
+		{"missing secret env", func(p *corev1.Pod) {
+			p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "X", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+				LocalObjectReference: corev1.LocalObjectReference{Name: "s"}, Key: "k"}}}}
+		}, `secret "s" not found`},
+		{"missing configMap envFrom", func(p *corev1.Pod) {
+			p.Spec.Containers[0].EnvFrom = []corev1.EnvFromSource{{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "c"}}}}
+		}, `configmap "c" not found`},
+		{"missing configMap volume", func(p *corev1.Pod) {
+			p.Spec.Volumes = []corev1.Volume{{Name: "cfg", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+				LocalObjectReference: corev1.LocalObjectReference{Name: "c"}}}}}
 			p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "cfg", MountPath: "/cfg"}}
-		}, "only hostPath and emptyDir"},
+		}, `MountVolume.SetUp failed for volume "cfg" : configmap "c" not found`},
+		{"unsupported volume", func(p *corev1.Pod) {
+			p.Spec.Volumes = []corev1.Volume{{Name: "nfs", VolumeSource: corev1.VolumeSource{NFS: &corev1.NFSVolumeSource{Server: "x", Path: "/"}}}}
+			p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "nfs", MountPath: "/nfs"}}
+		}, "only hostPath, emptyDir, configMap, secret, downwardAPI and projected"},
 		{"bad fieldPath", func(p *corev1.Pod) {
 			p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "X", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nope"}}}}
 		}, "unsupported fieldPath"},

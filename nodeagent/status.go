@@ -79,7 +79,7 @@ func (a *Agent) containerStatus(c *corev1.Container, cs *containerState, list []
 	switch {
 	case shown != nil && shown.State == runtime.StateRunning:
 		s.State.Running = &corev1.ContainerStateRunning{StartedAt: mt(shown.Started)}
-		*s.Started = true
+		*s.Started = containerStarted(c, cs, *shown)
 		s.Ready = !init && containerReady(c, cs, *shown)
 	case shown != nil && shown.State == runtime.StateExited:
 		s.State.Terminated = a.terminated(*shown)

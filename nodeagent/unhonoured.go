@@ -10,11 +10,11 @@ import (
 // unhonoured lists, by field path, every field set in pod that the agent
 // and its runtime do not honour. Values equal to Kubernetes' defaults are
 // not listed, nor are fields only the scheduler or the controllers use
-// (nodeSelector, affinity, tolerations, schedulerName, priority,
-// preemptionPolicy, schedulingGates, os, resources.requests of cpu and
+// (nodeSelector, affinity, tolerations, schedulerName, priority and
+// priorityClassName (resolved by the API server's admission), preemptionPolicy, schedulingGates, os, resources.requests of cpu and
 // memory). Fields that make a container fail with
-// CreateContainerConfigError (envFrom, secret and config map env, volumes
-// of other types) are listed too.
+// CreateContainerConfigError (env sources and volumes of other types) are
+// listed too.
 func unhonoured(pod *corev1.Pod) []string {
 	var out []string
 	add := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
@@ -23,15 +23,20 @@ func unhonoured(pod *corev1.Pod) []string {
 		v := &s.Volumes[i]
 		switch {
 		case v.HostPath != nil:
-			if v.HostPath.Type != nil && *v.HostPath.Type != corev1.HostPathUnset {
-				add("spec.volumes[%d].hostPath.type", i)
-			}
 		case v.EmptyDir != nil:
 			if v.EmptyDir.SizeLimit != nil {
 				add("spec.volumes[%d].emptyDir.sizeLimit", i)
 			}
+		case projectedVolume(v):
+			if p := v.Projected; p != nil {
+				for j, src := range p.Sources {
+					if src.ConfigMap == nil && src.Secret == nil && src.DownwardAPI == nil && src.ServiceAccountToken == nil {
+						add("spec.volumes[%d].projected.sources[%d]", i, j)
+					}
+				}
+			}
 		default:
-			add("spec.volumes[%d] (%s: only hostPath and emptyDir)", i, v.Name)
+			add("spec.volumes[%d] (%s: only hostPath, emptyDir, configMap, secret, downwardAPI and projected)", i, v.Name)
 		}
 	}
 	for i := range s.InitContainers {
@@ -51,12 +56,6 @@ func unhonoured(pod *corev1.Pod) []string {
 	}
 	if s.DNSConfig != nil {
 		add("spec.dnsConfig")
-	}
-	if s.ServiceAccountName != "" && s.ServiceAccountName != "default" {
-		add("spec.serviceAccountName")
-	}
-	if s.AutomountServiceAccountToken != nil && *s.AutomountServiceAccountToken {
-		add("spec.automountServiceAccountToken")
 	}
 	if s.HostIPC {
 		add("spec.hostIPC")
@@ -80,7 +79,6 @@ func unhonoured(pod *corev1.Pod) []string {
 			{"fsGroup", psc.FSGroup != nil},
 			{"fsGroupChangePolicy", psc.FSGroupChangePolicy != nil},
 			{"sysctls", len(psc.Sysctls) > 0},
-			{"seccompProfile", psc.SeccompProfile != nil},
 			{"appArmorProfile", psc.AppArmorProfile != nil},
 			{"seLinuxChangePolicy", psc.SELinuxChangePolicy != nil},
 		}
@@ -98,9 +96,6 @@ func unhonoured(pod *corev1.Pod) []string {
 	}
 	if len(s.HostAliases) > 0 {
 		add("spec.hostAliases")
-	}
-	if s.PriorityClassName != "" {
-		add("spec.priorityClassName")
 	}
 	if len(s.ReadinessGates) > 0 {
 		add("spec.readinessGates")
@@ -140,11 +135,8 @@ func unhonoured(pod *corev1.Pod) []string {
 func containerUnhonoured(pod *corev1.Pod, c *corev1.Container, p string) []string {
 	var out []string
 	add := func(format string, args ...any) { out = append(out, p+"."+fmt.Sprintf(format, args...)) }
-	if len(c.EnvFrom) > 0 {
-		add("envFrom")
-	}
 	for j, e := range c.Env {
-		if vf := e.ValueFrom; vf != nil && vf.FieldRef == nil && vf.ResourceFieldRef == nil {
+		if vf := e.ValueFrom; vf != nil && vf.FieldRef == nil && vf.ResourceFieldRef == nil && vf.ConfigMapKeyRef == nil && vf.SecretKeyRef == nil {
 			add("env[%d].valueFrom", j)
 		}
 	}
@@ -173,14 +165,8 @@ func containerUnhonoured(pod *corev1.Pod, c *corev1.Container, p string) []strin
 		add("restartPolicyRules")
 	}
 	for j, m := range c.VolumeMounts {
-		if m.MountPropagation != nil && *m.MountPropagation != corev1.MountPropagationNone {
-			add("volumeMounts[%d].mountPropagation", j)
-		}
 		if m.RecursiveReadOnly != nil && *m.RecursiveReadOnly != corev1.RecursiveReadOnlyDisabled {
 			add("volumeMounts[%d].recursiveReadOnly", j)
-		}
-		if m.SubPathExpr != "" {
-			add("volumeMounts[%d].subPathExpr", j)
 		}
 		if len(m.BindMountOptions) > 0 {
 			add("volumeMounts[%d].bindMountOptions", j)
@@ -195,13 +181,10 @@ func containerUnhonoured(pod *corev1.Pod, c *corev1.Container, p string) []strin
 	for _, pr := range []struct {
 		name  string
 		probe *corev1.Probe
-	}{{"livenessProbe", c.LivenessProbe}, {"readinessProbe", c.ReadinessProbe}} {
+	}{{"livenessProbe", c.LivenessProbe}, {"readinessProbe", c.ReadinessProbe}, {"startupProbe", c.StartupProbe}} {
 		if pr.probe != nil && pr.probe.GRPC != nil {
 			add("%s.grpc", pr.name)
 		}
-	}
-	if c.StartupProbe != nil {
-		add("startupProbe")
 	}
 	if c.Lifecycle != nil {
 		add("lifecycle")
@@ -221,13 +204,6 @@ func containerUnhonoured(pod *corev1.Pod, c *corev1.Container, p string) []strin
 	if c.TTY {
 		add("tty")
 	}
-	uid, gid, nonRoot := effectiveUser(pod, c)
-	if uid == nil && gid != nil {
-		add("securityContext.runAsGroup (without runAsUser)")
-	}
-	if uid == nil && nonRoot != nil && *nonRoot {
-		add("securityContext.runAsNonRoot (without runAsUser the image's user is not checked)")
-	}
 	if sc := c.SecurityContext; sc != nil {
 		set := []struct {
 			name string
@@ -236,7 +212,6 @@ func containerUnhonoured(pod *corev1.Pod, c *corev1.Container, p string) []strin
 			{"seLinuxOptions", sc.SELinuxOptions != nil},
 			{"windowsOptions", sc.WindowsOptions != nil},
 			{"procMount", sc.ProcMount != nil && *sc.ProcMount != corev1.DefaultProcMount},
-			{"seccompProfile", sc.SeccompProfile != nil},
 			{"appArmorProfile", sc.AppArmorProfile != nil},
 		}
 		for _, f := range set {

@@ -8,6 +8,7 @@ package resources
 import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -97,6 +98,23 @@ var (
 		New:        func() Object { return &corev1.Event{} },
 		NewList:    func() runtime.Object { return &corev1.EventList{} },
 	}
+	ConfigMaps = &Resource{
+		Name: "configmaps", Singular: "configmap", Version: "v1", Kind: "ConfigMap", Namespaced: true,
+		ShortNames: []string{"cm"},
+		New:        func() Object { return &corev1.ConfigMap{} },
+		NewList:    func() runtime.Object { return &corev1.ConfigMapList{} },
+	}
+	Secrets = &Resource{
+		Name: "secrets", Singular: "secret", Version: "v1", Kind: "Secret", Namespaced: true,
+		New:     func() Object { return &corev1.Secret{} },
+		NewList: func() runtime.Object { return &corev1.SecretList{} },
+	}
+	ServiceAccounts = &Resource{
+		Name: "serviceaccounts", Singular: "serviceaccount", Version: "v1", Kind: "ServiceAccount", Namespaced: true,
+		ShortNames: []string{"sa"},
+		New:        func() Object { return &corev1.ServiceAccount{} },
+		NewList:    func() runtime.Object { return &corev1.ServiceAccountList{} },
+	}
 	DaemonSets = &Resource{
 		Name: "daemonsets", Singular: "daemonset", Group: "apps", Version: "v1", Kind: "DaemonSet", Namespaced: true,
 		ShortNames: []string{"ds"}, Categories: []string{"all"}, Subresources: []string{"status"},
@@ -109,11 +127,33 @@ var (
 		New:     func() Object { return &appsv1.ControllerRevision{} },
 		NewList: func() runtime.Object { return &appsv1.ControllerRevisionList{} },
 	}
+	// The rbac.authorization.k8s.io kinds (docs/rbac.md).
+	Roles = &Resource{
+		Name: "roles", Singular: "role", Group: rbacv1.GroupName, Version: "v1", Kind: "Role", Namespaced: true,
+		New:     func() Object { return &rbacv1.Role{} },
+		NewList: func() runtime.Object { return &rbacv1.RoleList{} },
+	}
+	RoleBindings = &Resource{
+		Name: "rolebindings", Singular: "rolebinding", Group: rbacv1.GroupName, Version: "v1", Kind: "RoleBinding", Namespaced: true,
+		New:     func() Object { return &rbacv1.RoleBinding{} },
+		NewList: func() runtime.Object { return &rbacv1.RoleBindingList{} },
+	}
+	ClusterRoles = &Resource{
+		Name: "clusterroles", Singular: "clusterrole", Group: rbacv1.GroupName, Version: "v1", Kind: "ClusterRole",
+		New:     func() Object { return &rbacv1.ClusterRole{} },
+		NewList: func() runtime.Object { return &rbacv1.ClusterRoleList{} },
+	}
+	ClusterRoleBindings = &Resource{
+		Name: "clusterrolebindings", Singular: "clusterrolebinding", Group: rbacv1.GroupName, Version: "v1", Kind: "ClusterRoleBinding",
+		New:     func() Object { return &rbacv1.ClusterRoleBinding{} },
+		NewList: func() runtime.Object { return &rbacv1.ClusterRoleBindingList{} },
+	}
 )
 
 // All returns every served resource, core group first, in a stable order.
 func All() []*Resource {
-	return []*Resource{Namespaces, Nodes, Pods, Events, DaemonSets, ControllerRevisions}
+	return append(append([]*Resource{Namespaces, Nodes, Pods, Events, ConfigMaps, Secrets, ServiceAccounts, DaemonSets, ControllerRevisions},
+		storedKinds()...), ClusterRoleBindings, ClusterRoles, RoleBindings, Roles)
 }
 
 // ByName finds a resource by plural name, singular name, short name or kind
@@ -153,10 +193,24 @@ func ForObject(obj runtime.Object) *Resource {
 		return Pods
 	case *corev1.Event:
 		return Events
+	case *corev1.ConfigMap:
+		return ConfigMaps
+	case *corev1.Secret:
+		return Secrets
+	case *corev1.ServiceAccount:
+		return ServiceAccounts
 	case *appsv1.DaemonSet:
 		return DaemonSets
 	case *appsv1.ControllerRevision:
 		return ControllerRevisions
+	case *rbacv1.Role:
+		return Roles
+	case *rbacv1.RoleBinding:
+		return RoleBindings
+	case *rbacv1.ClusterRole:
+		return ClusterRoles
+	case *rbacv1.ClusterRoleBinding:
+		return ClusterRoleBindings
 	}
-	return nil
+	return forStoredObject(obj)
 }

@@ -99,6 +99,7 @@ type cache struct {
 	keepObjects bool     // keepsObjects(r)
 	prefix      string
 	client      *clientv3.Client
+	atRest      *atRest // decrypts Secrets
 	lg          *slog.Logger
 	watchBuffer int
 
@@ -120,8 +121,9 @@ type cache struct {
 	donec     chan struct{} // closed when run has returned
 }
 
-func newCache(r *resources.Resource, client *clientv3.Client, lg *slog.Logger, ringSize, watchBuffer int) *cache {
+func newCache(r *resources.Resource, client *clientv3.Client, at *atRest, lg *slog.Logger, ringSize, watchBuffer int) *cache {
 	c := &cache{
+		atRest:      at,
 		r:           r,
 		fieldNames:  fieldNames(r),
 		keepObjects: keepsObjects(r),
@@ -148,7 +150,7 @@ func (c *cache) newEntry(key string, rev int64, obj resources.Object) *entry {
 	e := &entry{key: key, rev: rev, obj: obj, labels: labels.Set(obj.GetLabels()),
 		fields: objectFields{names: c.fieldNames, values: fieldValues(c.r, obj)}}
 	if c.byNode != nil {
-		e.node = e.fields.Get(fieldNodeName)
+		e.node = e.fields.Get(resources.FieldNodeName)
 	}
 	return e
 }
@@ -259,7 +261,7 @@ func (c *cache) relist(ctx context.Context) error {
 	}
 	objects := make(map[string]*entry, len(resp.Kvs))
 	for _, kv := range resp.Kvs {
-		obj, err := decode(c.r, kv.Value, kv.ModRevision)
+		obj, err := c.atRest.decode(c.r, kv.Key, kv.Value, kv.ModRevision)
 		if err != nil {
 			c.lg.Error("skipping undecodable object", "key", string(kv.Key), "err", err)
 			continue
@@ -307,7 +309,7 @@ func (c *cache) apply(ctx context.Context, evs []*clientv3.Event) {
 	for _, ev := range evs {
 		ch := change{key: string(ev.Kv.Key), rev: ev.Kv.ModRevision}
 		if ev.Type == clientv3.EventTypePut {
-			obj, err := decode(c.r, ev.Kv.Value, ev.Kv.ModRevision)
+			obj, err := c.atRest.decode(c.r, ev.Kv.Key, ev.Kv.Value, ev.Kv.ModRevision)
 			if err != nil {
 				c.lg.Error("undecodable object in etcd, treating it as deleted", "key", ch.key, "err", err)
 			} else {
@@ -419,7 +421,7 @@ func (c *cache) fetch(ctx context.Context, key string, rev int64) (resources.Obj
 		return nil, newError(Internal, c.r, "", "", fmt.Errorf("store: %s missing at revision %d", key, rev))
 	}
 	kv := resp.Kvs[0]
-	obj, err := decode(c.r, kv.Value, kv.ModRevision)
+	obj, err := c.atRest.decode(c.r, kv.Key, kv.Value, kv.ModRevision)
 	if err != nil {
 		return nil, newError(Internal, c.r, "", "", fmt.Errorf("store: get %s at revision %d: %w", key, rev, err))
 	}
@@ -490,7 +492,7 @@ func (c *cache) fetchAt(ctx context.Context, prefix string, keys []string, rev i
 		if kv == nil {
 			return nil, newError(Internal, c.r, "", "", fmt.Errorf("store: %s missing at revision %d", k, rev))
 		}
-		obj, err := decode(c.r, kv.Value, kv.ModRevision)
+		obj, err := c.atRest.decode(c.r, kv.Key, kv.Value, kv.ModRevision)
 		if err != nil {
 			return nil, newError(Internal, c.r, "", "", fmt.Errorf("store: read %s at revision %d: %w", k, rev, err))
 		}

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/watch"
 
+	"github.com/everynode/everynode/internal/testkit"
 	"github.com/everynode/everynode/resources"
 )
 
@@ -314,24 +315,22 @@ func (c *collector) stop() {
 // returns everything received so far.
 func (c *collector) until(t *testing.T, rev int64) []watch.Event {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	var evs []watch.Event
+	testkit.Eventually(t, 10*time.Second, func() error {
 		c.mu.Lock()
-		evs := slices.Clone(c.evs)
+		evs = slices.Clone(c.evs)
 		c.mu.Unlock()
 		if n := len(evs); n > 0 && rvOf(t, evs[n-1].Object.(resources.Object)) >= rev {
-			return evs
+			return nil
 		}
 		select {
 		case <-c.done:
 			t.Fatalf("watch closed after %d events, before revision %d", len(evs), rev)
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("revision %d not seen within 10s (%d events)", rev, len(evs))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return fmt.Errorf("revision %d not seen (%d events)", rev, len(evs))
+	})
+	return evs
 }
 
 // TestRingKeepsNoReplacedObjects: once a version is replaced (updated or

@@ -30,9 +30,15 @@ func (s *Store) Create(ctx context.Context, r *resources.Resource, obj resources
 	if err != nil {
 		return nil, err
 	}
+	if data, err = s.atRest.toStorage(r, key, data); err != nil {
+		return nil, newError(Internal, r, ns, name, err)
+	}
 	opts, err := s.leases.putOpts(ctx, r)
 	if err != nil {
 		return nil, newError(Internal, r, ns, name, err)
+	}
+	if err := notStarted(ctx); err != nil {
+		return nil, newError(Internal, r, ns, name, fmt.Errorf("store: create %s: %w", key, err))
 	}
 	resp, err := s.client.Txn(ctx).
 		If(clientv3.Compare(clientv3.ModRevision(key), "=", 0)).
@@ -55,25 +61,30 @@ func (s *Store) Get(ctx context.Context, r *resources.Resource, namespace, name 
 	if err != nil {
 		return nil, err
 	}
-	obj, _, err := s.get(ctx, r, key, namespace, name)
+	obj, _, _, err := s.get(ctx, r, key, namespace, name)
 	return obj, err
 }
 
-// get reads and decodes key, returning the object and its stored bytes.
-func (s *Store) get(ctx context.Context, r *resources.Resource, key, namespace, name string) (resources.Object, []byte, error) {
+// get reads and decodes key, returning the object, its stored bytes
+// (decrypted) and whether they are stored under an older key or in plaintext.
+func (s *Store) get(ctx context.Context, r *resources.Resource, key, namespace, name string) (resources.Object, []byte, bool, error) {
 	resp, err := s.client.Get(ctx, key)
 	if err != nil {
-		return nil, nil, newError(Internal, r, namespace, name, fmt.Errorf("store: get %s: %w", key, err))
+		return nil, nil, false, newError(Internal, r, namespace, name, fmt.Errorf("store: get %s: %w", key, err))
 	}
 	if len(resp.Kvs) == 0 {
-		return nil, nil, newError(NotFound, r, namespace, name, nil)
+		return nil, nil, false, newError(NotFound, r, namespace, name, nil)
 	}
 	kv := resp.Kvs[0]
-	obj, err := decode(r, kv.Value, kv.ModRevision)
+	data, stale, err := s.atRest.fromStorage(r, key, kv.Value)
 	if err != nil {
-		return nil, nil, newError(Internal, r, namespace, name, fmt.Errorf("store: get %s: %w", key, err))
+		return nil, nil, false, newError(Internal, r, namespace, name, fmt.Errorf("store: get %s: %w", key, err))
 	}
-	return obj, kv.Value, nil
+	obj, err := decode(r, data, kv.ModRevision)
+	if err != nil {
+		return nil, nil, false, newError(Internal, r, namespace, name, fmt.Errorf("store: get %s: %w", key, err))
+	}
+	return obj, data, stale, nil
 }
 
 // Update replaces an object if obj.ResourceVersion equals its stored
@@ -99,6 +110,9 @@ func (s *Store) Update(ctx context.Context, r *resources.Resource, obj resources
 	if err != nil {
 		return nil, err
 	}
+	if data, err = s.atRest.toStorage(r, key, data); err != nil {
+		return nil, newError(Internal, r, ns, name, err)
+	}
 	newRV, _, err := s.casPut(ctx, r, key, ns, name, rv, data)
 	if err != nil {
 		return nil, err
@@ -115,6 +129,9 @@ func (s *Store) casPut(ctx context.Context, r *resources.Resource, key, ns, name
 	opts, err := s.leases.putOpts(ctx, r)
 	if err != nil {
 		return 0, nil, newError(Internal, r, ns, name, err)
+	}
+	if err := notStarted(ctx); err != nil {
+		return 0, nil, newError(Internal, r, ns, name, fmt.Errorf("store: update %s: %w", key, err))
 	}
 	resp, err := s.client.Txn(ctx).
 		If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
@@ -153,7 +170,7 @@ func (s *Store) GuaranteedUpdate(ctx context.Context, r *resources.Resource, nam
 	if err != nil {
 		return nil, err
 	}
-	cur, curData, err := s.get(ctx, r, key, namespace, name)
+	cur, curData, stale, err := s.get(ctx, r, key, namespace, name)
 	if err != nil {
 		return nil, err
 	}
@@ -180,10 +197,14 @@ func (s *Store) GuaranteedUpdate(ctx context.Context, r *resources.Resource, nam
 		if err != nil {
 			return nil, err
 		}
-		if bytes.Equal(data, curData) {
+		if bytes.Equal(data, curData) && !stale {
 			return cur, nil
 		}
-		newRV, latest, err := s.casPut(ctx, r, key, namespace, name, rev, data)
+		stored, err := s.atRest.toStorage(r, key, data)
+		if err != nil {
+			return nil, newError(Internal, r, namespace, name, err)
+		}
+		newRV, latest, err := s.casPut(ctx, r, key, namespace, name, rev, stored)
 		if err == nil {
 			out.SetResourceVersion(formatRV(newRV))
 			return out, nil
@@ -191,10 +212,12 @@ func (s *Store) GuaranteedUpdate(ctx context.Context, r *resources.Resource, nam
 		if latest == nil {
 			return nil, err
 		}
-		if cur, err = decode(r, latest.value, latest.rev); err != nil {
+		if curData, stale, err = s.atRest.fromStorage(r, key, latest.value); err != nil {
 			return nil, newError(Internal, r, namespace, name, fmt.Errorf("store: update %s: %w", key, err))
 		}
-		curData = latest.value
+		if cur, err = decode(r, curData, latest.rev); err != nil {
+			return nil, newError(Internal, r, namespace, name, fmt.Errorf("store: update %s: %w", key, err))
+		}
 	}
 }
 
@@ -212,7 +235,7 @@ func (s *Store) Delete(ctx context.Context, r *resources.Resource, namespace, na
 			return nil, newError(Invalid, r, namespace, name, fmt.Errorf("precondition: %w", err))
 		}
 	}
-	cur, _, err := s.get(ctx, r, key, namespace, name)
+	cur, _, _, err := s.get(ctx, r, key, namespace, name)
 	if err != nil {
 		return nil, err
 	}
@@ -228,6 +251,9 @@ func (s *Store) Delete(ctx context.Context, r *resources.Resource, namespace, na
 			}
 		}
 		rev, _ := parseRV(cur.GetResourceVersion())
+		if err := notStarted(ctx); err != nil {
+			return nil, newError(Internal, r, namespace, name, fmt.Errorf("store: delete %s: %w", key, err))
+		}
 		resp, err := s.client.Txn(ctx).
 			If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
 			Then(clientv3.OpDelete(key)).
@@ -244,8 +270,16 @@ func (s *Store) Delete(ctx context.Context, r *resources.Resource, namespace, na
 		if len(kvs) == 0 {
 			return nil, newError(NotFound, r, namespace, name, nil)
 		}
-		if cur, err = decode(r, kvs[0].Value, kvs[0].ModRevision); err != nil {
+		if cur, err = s.atRest.decode(r, kvs[0].Key, kvs[0].Value, kvs[0].ModRevision); err != nil {
 			return nil, newError(Internal, r, namespace, name, fmt.Errorf("store: delete %s: %w", key, err))
 		}
 	}
+}
+
+// notStarted is ctx's error if it has already ended: a write whose request
+// was cancelled or timed out is not sent at all (etcd's client would send it
+// and only then report the deadline, leaving the caller unsure whether it
+// happened).
+func notStarted(ctx context.Context) error {
+	return ctx.Err()
 }

@@ -7,7 +7,10 @@
 //     connects to Config.Endpoints), then starts one watch cache per resource
 //     of resources.All, each loading the current state and following a single
 //     etcd watch on the resource's key prefix. Open returns once every cache
-//     is loaded.
+//     is loaded. The store reads and writes the embedded etcd in process;
+//     etcd serves other clients only on a unix socket, 0600 in the 0700
+//     directory DataDir/run (SocketURL), never on TCP, and runs no peer
+//     listener (docs/security.md, "Local users").
 //  2. A compactor discards etcd history every Config.CompactInterval, up to
 //     the revision it saw one interval earlier. If the embedded etcd fails
 //     while the store is open, the failure is sent on Err for the owner to

@@ -3,6 +3,9 @@ package store
 import (
 	"errors"
 	"fmt"
+	"strings"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
 	"github.com/everynode/everynode/resources"
 )
@@ -139,3 +142,28 @@ var errClosed = errors.New("store is closed")
 
 // errModified is the Conflict detail Kubernetes uses for a stale resourceVersion.
 var errModified = errors.New("the object has been modified; please apply your changes to the latest version and try again")
+
+// etcdUnavailable are etcd's answers when it cannot commit now: no leader
+// (a majority of the members is unreachable) or a leader election under
+// way.
+var etcdUnavailable = []error{
+	rpctypes.ErrTimeout, rpctypes.ErrNoLeader, rpctypes.ErrLeaderChanged, rpctypes.ErrTimeoutDueToLeaderFail,
+	rpctypes.ErrTimeoutDueToConnectionLost, rpctypes.ErrUnhealthy, rpctypes.ErrGRPCNotCapable,
+}
+
+// IsUnavailable reports whether err is etcd saying it cannot serve the
+// request now because its cluster has no quorum or no leader (docs/ha.md):
+// the caller should retry later, and a write may or may not have been
+// applied.
+func IsUnavailable(err error) bool {
+	if err == nil {
+		return false
+	}
+	msg := err.Error()
+	for _, e := range etcdUnavailable {
+		if errors.Is(err, e) || strings.Contains(msg, e.Error()) {
+			return true
+		}
+	}
+	return false
+}

@@ -5,11 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/url"
+	"os"
 	"path/filepath"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -53,45 +52,57 @@ const (
 type embedded struct {
 	etcd      *embed.Etcd
 	clientURL string
+	lock      *os.File      // flock held while etcd serves on the socket
 	errDone   chan struct{} // closed when the Err() reader has exited
 }
 
 // startEmbedded starts a single-member etcd in dataDir and returns it with an
-// in-process client (no sockets between the store and etcd). The listen URLs
-// stay open for external clients (etcdctl, a second process).
+// in-process client (no sockets between the store and etcd). etcd serves
+// other clients (etcdctl, a second server sharing it) on a unix socket only,
+// in a 0700 directory and itself 0600: no other local user can connect, and
+// nothing listens on the network (docs/security.md, "Local users"). No peer
+// listener runs: the member is alone in its cluster.
 //
 // Serving failures and an unexpected stop of the server are logged and the
 // first one is offered to failed without blocking; quiet is set while the
 // owner is shutting the server down on purpose.
 func startEmbedded(ctx context.Context, cfg Config, lg *slog.Logger, zlg *zap.Logger,
-	quiet *atomic.Bool, failed chan<- error) (*embedded, *clientv3.Client, error) {
-	clientURL, peerURL := cfg.ClientURL, cfg.PeerURL
-	var err error
-	if clientURL == "" {
-		if clientURL, err = freeLoopbackURL(); err != nil {
-			return nil, nil, err
-		}
-	}
-	if peerURL == "" {
-		if peerURL, err = freeLoopbackURL(); err != nil {
-			return nil, nil, err
-		}
-	}
-	cu, err := url.Parse(clientURL)
+	quiet *atomic.Bool, failed chan<- error) (_ *embedded, _ *clientv3.Client, err error) {
+	sock, err := socketPath(cfg.DataDir, cfg.ClientURL)
 	if err != nil {
-		return nil, nil, fmt.Errorf("store: client URL %q: %w", clientURL, err)
+		return nil, nil, err
 	}
-	pu, err := url.Parse(peerURL)
+	// The directory is private before the socket exists, so the socket is
+	// never reachable by others, not even between its bind and its chmod.
+	if err := privateDir(filepath.Dir(sock), cfg.ClientURL == ""); err != nil {
+		return nil, nil, err
+	}
+	lock, err := lockSocket(sock)
 	if err != nil {
-		return nil, nil, fmt.Errorf("store: peer URL %q: %w", peerURL, err)
+		return nil, nil, err
 	}
-
+	defer func() {
+		if err != nil {
+			lock.Close()
+		}
+	}()
+	cu := url.URL{Scheme: "unix", Path: sock}
 	ec := embed.NewConfig()
 	ec.Name = "everynode"
 	ec.Dir = filepath.Join(cfg.DataDir, "etcd")
-	ec.ListenClientUrls, ec.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
-	ec.ListenPeerUrls, ec.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
-	ec.InitialCluster = ec.Name + "=" + pu.String()
+	ec.ListenClientUrls, ec.AdvertiseClientUrls = []url.URL{cu}, []url.URL{cu}
+	if cfg.Peer == nil {
+		// etcd requires the member's peer URL to bootstrap (it names the
+		// member in the initial cluster, and the member's ID is derived
+		// from it), but a one-member cluster never dials it, so nothing
+		// listens on it: it names a socket beside the client's that is
+		// never bound.
+		pu := url.URL{Scheme: "unix", Path: filepath.Join(filepath.Dir(sock), "etcd-peer.sock")}
+		ec.ListenPeerUrls, ec.AdvertisePeerUrls = nil, []url.URL{pu}
+		ec.InitialCluster = ec.Name + "=" + pu.String()
+	} else if err := cfg.Peer.apply(ec); err != nil {
+		return nil, nil, err
+	}
 	ec.InitialClusterToken = "everynode"
 	ec.EnableGRPCGateway = false
 	ec.MaxRequestBytes = etcdMaxRequestBytes
@@ -102,6 +113,11 @@ func startEmbedded(ctx context.Context, cfg Config, lg *slog.Logger, zlg *zap.Lo
 	e, err := embed.StartEtcd(ec)
 	if err != nil {
 		return nil, nil, fmt.Errorf("store: start embedded etcd in %s: %w", ec.Dir, err)
+	}
+	// etcd binds with the process umask; only this user may connect.
+	if err := os.Chmod(sock, 0o600); err != nil {
+		e.Close()
+		return nil, nil, fmt.Errorf("store: restrict the etcd socket: %w", err)
 	}
 	timer := time.NewTimer(etcdStartTimeout)
 	defer timer.Stop()
@@ -118,7 +134,15 @@ func startEmbedded(ctx context.Context, cfg Config, lg *slog.Logger, zlg *zap.Lo
 		return nil, nil, fmt.Errorf("store: embedded etcd not ready after %s", etcdStartTimeout)
 	}
 
-	em := &embedded{etcd: e, clientURL: cu.String(), errDone: make(chan struct{})}
+	if cfg.Peer != nil && cfg.Peer.Promote != nil && e.Server.IsLearner() {
+		// A learner serves no linearizable reads: the store's caches can
+		// start only once it is a voting member.
+		if err := cfg.Peer.Promote(ctx); err != nil {
+			e.Close()
+			return nil, nil, fmt.Errorf("store: promote the etcd learner %s: %w", ec.Name, err)
+		}
+	}
+	em := &embedded{etcd: e, clientURL: socketURL(sock), lock: lock, errDone: make(chan struct{})}
 	go em.watchFailures(lg, quiet, failed)
 	return em, v3client.New(e.Server), nil
 }
@@ -154,10 +178,12 @@ func (em *embedded) watchFailures(lg *slog.Logger, quiet *atomic.Bool, failed ch
 	}
 }
 
-// stop shuts the server down and waits for its error reader.
+// stop shuts the server down, waits for its error reader and releases the
+// socket's lock.
 func (em *embedded) stop() {
 	em.etcd.Close()
 	<-em.errDone
+	em.lock.Close()
 }
 
 // openExternal connects to an existing etcd cluster and checks that it answers.
@@ -183,21 +209,3 @@ func openExternal(ctx context.Context, endpoints []string, zlg *zap.Logger) (*cl
 	}
 	return c, nil
 }
-
-// freeLoopbackURL returns an http URL on a loopback port that was free a
-// moment ago. The port is released before etcd binds it; a collision makes
-// StartEtcd fail with "address already in use" and Open retries.
-func freeLoopbackURL() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", fmt.Errorf("store: find a free port: %w", err)
-	}
-	addr := l.Addr().String()
-	if err := l.Close(); err != nil {
-		return "", fmt.Errorf("store: find a free port: %w", err)
-	}
-	return "http://" + addr, nil
-}
-
-// isAddrInUse reports whether err is a bind failure on a taken port.
-func isAddrInUse(err error) bool { return errors.Is(err, syscall.EADDRINUSE) }

@@ -3,9 +3,7 @@ package store
 import (
 	"fmt"
 	"slices"
-	"strconv"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 
@@ -25,69 +23,16 @@ type Preconditions struct {
 	ResourceVersion string
 }
 
-// Field names usable in field selectors, beyond metadata.name and metadata.namespace.
-const (
-	fieldNodeName      = "spec.nodeName"
-	fieldPhase         = "status.phase"
-	fieldUnschedulable = "spec.unschedulable"
-)
-
-// fieldNames lists the field selector keys of r's objects, in the order
-// fieldValues returns their values: metadata.name and metadata.namespace for
-// every resource; for pods also spec.nodeName and status.phase; for nodes
-// spec.unschedulable; for events involvedObject.{kind,namespace,name,uid,
-// fieldPath}, reason and type.
-func fieldNames(r *resources.Resource) []string {
-	names := []string{"metadata.name", "metadata.namespace"}
-	switch r {
-	case resources.Pods:
-		names = append(names, fieldNodeName, fieldPhase)
-	case resources.Nodes:
-		names = append(names, fieldUnschedulable)
-	case resources.Events:
-		names = append(names, "involvedObject.kind", "involvedObject.namespace", "involvedObject.name",
-			"involvedObject.uid", "involvedObject.fieldPath", "reason", "type")
-	}
-	return names
-}
-
-// fieldValues returns obj's values of fieldNames(r), "" where obj is not of
-// r's type.
-func fieldValues(r *resources.Resource, obj resources.Object) []string {
-	name, ns := obj.GetName(), obj.GetNamespace()
-	switch r {
-	case resources.Pods:
-		o, _ := obj.(*corev1.Pod)
-		if o == nil {
-			return []string{name, ns, "", ""}
-		}
-		return []string{name, ns, o.Spec.NodeName, string(o.Status.Phase)}
-	case resources.Nodes:
-		o, _ := obj.(*corev1.Node)
-		if o == nil {
-			return []string{name, ns, ""}
-		}
-		return []string{name, ns, strconv.FormatBool(o.Spec.Unschedulable)}
-	case resources.Events:
-		o, _ := obj.(*corev1.Event)
-		if o == nil {
-			return []string{name, ns, "", "", "", "", "", "", ""}
-		}
-		io := &o.InvolvedObject
-		return []string{name, ns, io.Kind, io.Namespace, io.Name, string(io.UID), io.FieldPath, o.Reason, o.Type}
-	}
-	return []string{name, ns}
-}
-
 // FieldSet returns the fields a field selector can match for obj, an object
-// of r: see fieldNames.
+// of r: see resources.FieldNames.
 func FieldSet(r *resources.Resource, obj resources.Object) fields.Set {
-	names, values := fieldNames(r), fieldValues(r, obj)
-	set := make(fields.Set, len(names))
-	for i, n := range names {
-		set[n] = values[i]
-	}
-	return set
+	return resources.FieldSet(r, obj)
+}
+
+func fieldNames(r *resources.Resource) []string { return resources.FieldNames(r) }
+
+func fieldValues(r *resources.Resource, obj resources.Object) []string {
+	return resources.FieldValues(r, obj)
 }
 
 // objectFields is one object's fields as the watch cache keeps them: the
@@ -155,7 +100,7 @@ func newMatcher(r *resources.Resource, namespace string, sel Selector) matcher {
 	if sel.Field != nil && !sel.Field.Empty() {
 		m.field = sel.Field
 		if r == resources.Pods {
-			m.node, m.hasNode = sel.Field.RequiresExactMatch(fieldNodeName)
+			m.node, m.hasNode = sel.Field.RequiresExactMatch(resources.FieldNodeName)
 		}
 	}
 	return m

@@ -27,12 +27,13 @@ type Config struct {
 	// Endpoints is set.
 	DataDir string
 	// Endpoints, if set, are the client URLs of an external etcd cluster;
-	// nothing is embedded and DataDir, ClientURL and PeerURL are ignored.
+	// nothing is embedded and DataDir and ClientURL are ignored.
 	Endpoints []string
-	// ClientURL and PeerURL are the embedded etcd's listen URLs
-	// ("http://127.0.0.1:2379"). Empty means a free loopback port, chosen at
-	// each start.
-	ClientURL, PeerURL string
+	// ClientURL is the unix socket the embedded etcd serves other clients
+	// on, "unix:///absolute/path"; its directory must be private (0700) or
+	// not exist yet. Empty means DataDir/SocketDir/SocketFile (SocketURL).
+	// TCP URLs are refused: etcd's client port has no authentication.
+	ClientURL string
 	// CompactInterval is how often etcd history is compacted, to the revision
 	// seen one interval earlier (so at least one interval of history is
 	// always kept). Zero means DefaultCompactInterval; negative disables
@@ -45,6 +46,17 @@ type Config struct {
 	// Logger receives the store's and etcd's warnings and errors; nil
 	// discards them.
 	Logger *slog.Logger
+	// EncryptionKeyFile, if set, is the key file (EncryptionKeys, mode 0600)
+	// under which Secrets are encrypted in etcd with AES-GCM, as
+	// kube-apiserver's EncryptionConfiguration does; it is created with a
+	// new key when missing and etcd holds no encrypted Secret. Empty stores
+	// Secrets as plain JSON.
+	EncryptionKeyFile string
+
+	// Peer, when set, makes the embedded etcd a member of a cluster of
+	// servers with a mutual-TLS peer listener; nil keeps it a single member
+	// with no peer listener.
+	Peer *Peer
 
 	// unsafeNoFsync disables etcd's fsync; tests only.
 	unsafeNoFsync bool
@@ -76,6 +88,8 @@ type Store struct {
 	embedded *embedded // nil with external endpoints
 	caches   map[string]*cache
 	leases   *leases // for Events, which expire
+	atRest   *atRest // encrypts Secrets; nil: plaintext
+	rotateMu sync.Mutex
 
 	cancel    context.CancelFunc // ends the compactor and the caches' etcd watches
 	wg        sync.WaitGroup     // the compactor
@@ -113,18 +127,11 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		}
 		s.client = c
 	} else {
-		// Auto-chosen ports can be taken between probing and binding.
-		auto := cfg.ClientURL == "" || cfg.PeerURL == ""
-		for attempt := 0; ; attempt++ {
-			em, c, err := startEmbedded(ctx, cfg, lg, zlg, &s.quietEtcd, s.failed)
-			if err == nil {
-				s.embedded, s.client = em, c
-				break
-			}
-			if !auto || attempt == 2 || !isAddrInUse(err) {
-				return nil, err
-			}
+		em, c, err := startEmbedded(ctx, cfg, lg, zlg, &s.quietEtcd, s.failed)
+		if err != nil {
+			return nil, err
 		}
+		s.embedded, s.client = em, c
 	}
 
 	if cfg.EventTTL == 0 {
@@ -134,11 +141,19 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		cfg.leaseReuse = leaseReuse
 	}
 	s.leases = newLeases(s.client, cfg.EventTTL, cfg.leaseReuse)
+	if cfg.EncryptionKeyFile != "" {
+		a, err := openAtRest(ctx, s.client, cfg.EncryptionKeyFile, lg)
+		if err != nil {
+			s.Close()
+			return nil, fmt.Errorf("store: %w", err)
+		}
+		s.atRest = a
+	}
 
 	bg, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 	for _, r := range resources.All() {
-		c := newCache(r, s.client, lg, cfg.ringSize, cfg.watchBuffer)
+		c := newCache(r, s.client, s.atRest, lg, cfg.ringSize, cfg.watchBuffer)
 		if err := c.start(ctx, bg); err != nil {
 			s.Close()
 			return nil, err
@@ -183,6 +198,16 @@ func (s *Store) Close() error {
 // by Close. With external endpoints nothing is sent: the etcd client
 // reconnects by itself.
 func (s *Store) Err() <-chan error { return s.failed }
+
+// ClientURL is the embedded etcd's client URL (a unix socket), through
+// which other processes of the same user may share it; empty with external
+// endpoints.
+func (s *Store) ClientURL() string {
+	if s.embedded == nil {
+		return ""
+	}
+	return s.embedded.clientURL
+}
 
 // Client returns the raw etcd client, for leader election and benchmarks.
 // Writes through it under /registry/ bypass the store's encoding and are

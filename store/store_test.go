@@ -1,11 +1,11 @@
 package store
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"runtime"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -15,32 +15,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/watch"
 
+	"github.com/everynode/everynode/internal/testkit"
 	"github.com/everynode/everynode/resources"
 )
 
-// checkNoLeaks fails the test if goroutines started after baseline are
-// still running once the deadline passes. Goroutines are identified by the
-// function they were created by, so unrelated background goroutines (the
-// test runner's) do not count.
-func checkNoLeaks(t *testing.T, baseline int) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		n := runtime.NumGoroutine()
-		if n <= baseline {
-			return
-		}
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<20)
-			buf = buf[:runtime.Stack(buf, true)]
-			t.Fatalf("%d goroutines after Close, %d before:\n%s", n, baseline, buf)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func TestCloseIsIdempotentAndLeakFree(t *testing.T) {
-	baseline := runtime.NumGoroutine()
+	checkLeaks := testkit.LeakCheck(t)
 	s, err := Open(testCtx(t), Config{DataDir: t.TempDir(), Logger: testLogger(), unsafeNoFsync: true, CompactInterval: time.Hour})
 	if err != nil {
 		t.Fatal(err)
@@ -82,7 +62,7 @@ func TestCloseIsIdempotentAndLeakFree(t *testing.T) {
 	if _, err := s.Watch(ctx, resources.Pods, "", 0, Selector{}); err == nil {
 		t.Error("Watch after Close succeeded")
 	}
-	checkNoLeaks(t, baseline)
+	checkLeaks()
 }
 
 func TestExternalEndpoints(t *testing.T) {
@@ -169,20 +149,16 @@ func TestPeriodicCompaction(t *testing.T) {
 	old := mustCreate(t, s, resources.Pods, newPod("default", "p", "", nil))
 	mustCreate(t, s, resources.Pods, newPod("default", "q", "", nil))
 	// The compactor needs two ticks: one to note the revision, one to compact.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testkit.Eventually(t, 10*time.Second, func() error {
 		_, err := s.Client().Get(ctx, "/registry/pods/default/p", clientv3.WithRev(rvOf(t, old)))
 		if errors.Is(err, rpctypes.ErrCompacted) {
-			break
+			return nil
 		}
 		if err != nil {
 			t.Fatal(err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("revision not compacted within 10s")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return errors.New("revision not compacted yet")
+	})
 	if _, err := s.Watch(ctx, resources.Pods, "", rvOf(t, old)-1, Selector{}); !IsGone(err) {
 		t.Fatalf("Watch from before compaction: got %v, want Gone", err)
 	}
@@ -240,17 +216,13 @@ func TestFieldSet(t *testing.T) {
 // etcd client reconnects and resumes the cache's watch where it stopped, so
 // open watchers see the writes made after the restart.
 func TestExternalSurvivesEtcdRestart(t *testing.T) {
-	clientURL, err := freeLoopbackURL()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := Config{DataDir: t.TempDir(), ClientURL: clientURL, Logger: testLogger(), unsafeNoFsync: true, CompactInterval: -1}
+	cfg := Config{DataDir: t.TempDir(), Logger: testLogger(), unsafeNoFsync: true, CompactInterval: -1}
 	ctx := testCtx(t)
 	etcd1, err := Open(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ext, err := Open(ctx, Config{Endpoints: []string{clientURL}, Logger: testLogger(), CompactInterval: -1})
+	ext, err := Open(ctx, Config{Endpoints: []string{etcd1.ClientURL()}, Logger: testLogger(), CompactInterval: -1})
 	if err != nil {
 		etcd1.Close()
 		t.Fatal(err)
@@ -284,14 +256,8 @@ func TestExternalSurvivesEtcdRestart(t *testing.T) {
 // was compacted, the cache re-lists, closes its watchers (they cannot be
 // told what they missed) and answers Gone for the old resourceVersions.
 func TestCacheRelistsAfterMissedCompaction(t *testing.T) {
-	urlA, err := freeLoopbackURL()
-	if err != nil {
-		t.Fatal(err)
-	}
-	urlB, err := freeLoopbackURL()
-	if err != nil {
-		t.Fatal(err)
-	}
+	urlA := socketURL(filepath.Join(t.TempDir(), "a", "etcd.sock")) // a new dir: made 0700
+	urlB := socketURL(filepath.Join(t.TempDir(), "b", "etcd.sock"))
 	cfg := Config{DataDir: t.TempDir(), ClientURL: urlA, Logger: testLogger(), unsafeNoFsync: true, CompactInterval: -1}
 	ctx := testCtx(t)
 	etcd, err := Open(ctx, cfg)
@@ -374,18 +340,31 @@ func TestErrReportsEmbeddedEtcdStop(t *testing.T) {
 	}
 }
 
-func TestOpenFailsOnTakenPortWithoutRetry(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+// TestEndedContextWritesNothing: a write whose context has already ended is
+// not sent to etcd, so a caller told "deadline exceeded" knows it did not
+// happen.
+func TestEndedContextWritesNothing(t *testing.T) {
+	s := openTest(t)
+	ctx := testCtx(t)
+	kept := mustCreate(t, s, resources.Pods, newPod("default", "kept", "n0", nil))
+	ended, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := s.Create(ended, resources.Pods, newPod("default", "late", "n0", nil)); !errors.Is(err, context.Canceled) {
+		t.Fatalf("create with an ended context: %v", err)
 	}
-	defer l.Close()
-	taken := "http://" + l.Addr().String()
-	_, err = Open(testCtx(t), Config{DataDir: t.TempDir(), ClientURL: taken, Logger: slog.New(slog.DiscardHandler), unsafeNoFsync: true})
-	if err == nil {
-		t.Fatal("Open on a taken client port succeeded")
+	changed := kept.DeepCopyObject().(*corev1.Pod)
+	changed.Labels = map[string]string{"changed": "yes"}
+	if _, err := s.Update(ended, resources.Pods, changed); !errors.Is(err, context.Canceled) {
+		t.Fatalf("update with an ended context: %v", err)
 	}
-	if !isAddrInUse(err) {
-		t.Errorf("error %v not recognised as address in use", err)
+	if _, err := s.Delete(ended, resources.Pods, "default", "kept", nil); err == nil {
+		t.Fatal("delete with an ended context succeeded")
+	}
+	if _, err := s.Get(ctx, resources.Pods, "default", "late"); !IsNotFound(err) {
+		t.Fatalf("the cancelled create happened: %v", err)
+	}
+	got, err := s.Get(ctx, resources.Pods, "default", "kept")
+	if err != nil || got.GetResourceVersion() != kept.GetResourceVersion() {
+		t.Fatalf("kept pod changed or gone: %v %v", got, err)
 	}
 }

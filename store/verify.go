@@ -57,7 +57,7 @@ func (c *cache) verify(ctx context.Context) error {
 		if obj == nil {
 			continue
 		}
-		stored, err := decode(c.r, kv.Value, kv.ModRevision)
+		stored, err := c.atRest.decode(c.r, kv.Key, kv.Value, kv.ModRevision)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", key, err))
 			continue

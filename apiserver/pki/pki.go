@@ -96,6 +96,17 @@ func Load(dir string, extraSANs ...string) (*Cluster, error) {
 	return c, nil
 }
 
+// JoinTokenWith is the join token carrying secret instead of the derived
+// join secret: the token after a rotation (docs/security.md §4).
+func (c *Cluster) JoinTokenWith(secret string) string {
+	return "K10" + CAHash(c.caCert.Raw) + "::join:" + secret
+}
+
+// WriteJoinToken replaces the join-token file in dir (mode 0600).
+func WriteJoinToken(dir, token string) error {
+	return writeIfChanged(filepath.Join(dir, JoinTokenFile), []byte(token+"\n"), 0o600)
+}
+
 // CAHash is the hex SHA-256 of a DER certificate, as carried in join tokens.
 func CAHash(der []byte) string {
 	sum := sha256.Sum256(der)

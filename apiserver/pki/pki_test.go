@@ -191,3 +191,33 @@ func TestWriteKubeconfig(t *testing.T) {
 		t.Fatalf("round trip: server %q ca %q token %q", cl.Server, cl.CertificateAuthorityData, user.Token)
 	}
 }
+
+// TestServiceAccountKey: the signing key is derived from the cluster
+// secret: the same across loads of one data dir, different for another
+// cluster.
+func TestServiceAccountKey(t *testing.T) {
+	dir := t.TempDir()
+	keyOf := func(dir string) []byte {
+		t.Helper()
+		c, err := Load(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		k, err := c.ServiceAccountKey()
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := k.Bytes()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	first := keyOf(dir)
+	if again := keyOf(dir); !bytes.Equal(first, again) {
+		t.Error("the key changed across loads")
+	}
+	if other := keyOf(t.TempDir()); bytes.Equal(first, other) {
+		t.Error("two clusters share a key")
+	}
+}

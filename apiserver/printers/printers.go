@@ -23,6 +23,9 @@ import (
 // order. Columns with Priority 1 are the "-o wide" ones. Unknown kinds get
 // kubectl's default Name and Age.
 func Columns(gk schema.GroupKind) []metav1.TableColumnDefinition {
+	if cols := rbacColumns(gk); cols != nil {
+		return cols
+	}
 	switch gk {
 	case schema.GroupKind{Group: "apps", Kind: "DaemonSet"}:
 		return daemonSetColumns()
@@ -45,6 +48,28 @@ func Columns(gk schema.GroupKind) []metav1.TableColumnDefinition {
 		}
 	case schema.GroupKind{Kind: "Event"}:
 		return eventColumns()
+	case schema.GroupKind{Kind: "ConfigMap"}:
+		return []metav1.TableColumnDefinition{
+			nameColumn(),
+			{Name: "Data", Type: "string", Description: corev1.ConfigMap{}.SwaggerDoc()["data"]},
+			ageColumn(),
+		}
+	case schema.GroupKind{Kind: "Secret"}:
+		return []metav1.TableColumnDefinition{
+			nameColumn(),
+			{Name: "Type", Type: "string", Description: corev1.Secret{}.SwaggerDoc()["type"]},
+			{Name: "Data", Type: "string", Description: corev1.Secret{}.SwaggerDoc()["data"]},
+			ageColumn(),
+		}
+	case schema.GroupKind{Kind: "ServiceAccount"}:
+		return []metav1.TableColumnDefinition{
+			nameColumn(),
+			{Name: "Secrets", Type: "string", Description: corev1.ServiceAccount{}.SwaggerDoc()["secrets"]},
+			ageColumn(),
+		}
+	}
+	if cols, ok := storedColumns(gk); ok {
+		return cols
 	}
 	return []metav1.TableColumnDefinition{nameColumn(), ageColumn()}
 }
@@ -53,6 +78,12 @@ func Columns(gk schema.GroupKind) []metav1.TableColumnDefinition {
 // every cell, wide ones included. Numbers are int64, everything else a string.
 // now is the reference for ages.
 func Cells(obj runtime.Object, now time.Time) []any {
+	if cells, ok := storedCells(obj, now); ok {
+		return cells
+	}
+	if cells := rbacCells(obj, now); cells != nil {
+		return cells
+	}
 	switch o := obj.(type) {
 	case *appsv1.DaemonSet:
 		return daemonSetCells(o, now)
@@ -66,6 +97,12 @@ func Cells(obj runtime.Object, now time.Time) []any {
 		return revisionCells(o, now)
 	case *corev1.Event:
 		return eventCells(o, now)
+	case *corev1.ConfigMap:
+		return []any{o.Name, int64(len(o.Data) + len(o.BinaryData)), Age(o.CreationTimestamp, now)}
+	case *corev1.Secret:
+		return []any{o.Name, string(o.Type), int64(len(o.Data)), Age(o.CreationTimestamp, now)}
+	case *corev1.ServiceAccount:
+		return []any{o.Name, int64(len(o.Secrets)), Age(o.CreationTimestamp, now)}
 	case metav1.Object:
 		return []any{o.GetName(), Age(o.GetCreationTimestamp(), now)}
 	}

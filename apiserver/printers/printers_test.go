@@ -1,6 +1,7 @@
 package printers
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -10,6 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/ptr"
+
+	"github.com/everynode/everynode/resources"
 )
 
 var now = time.Date(2026, 1, 2, 12, 0, 0, 0, time.UTC)
@@ -102,6 +105,8 @@ func TestCellsMatchColumns(t *testing.T) {
 		{schema.GroupKind{Group: "apps", Kind: "ControllerRevision"}, &appsv1.ControllerRevision{}},
 		{schema.GroupKind{Kind: "Event"}, &corev1.Event{}},
 		{schema.GroupKind{Kind: "ConfigMap"}, &corev1.ConfigMap{}},
+		{schema.GroupKind{Kind: "Secret"}, &corev1.Secret{}},
+		{schema.GroupKind{Kind: "ServiceAccount"}, &corev1.ServiceAccount{}},
 	}
 	for _, o := range objs {
 		cells := Cells(o.obj, now)
@@ -137,5 +142,61 @@ func TestNodeStatusCell(t *testing.T) {
 				t.Errorf("status cell = %q, want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestConfigKindsAsKubeAPIServer: the columns and cells of ConfigMaps,
+// Secrets and ServiceAccounts are upstream's (NAME DATA AGE, NAME TYPE DATA
+// AGE, NAME SECRETS AGE); a ConfigMap's DATA counts data and binaryData.
+func TestConfigKindsAsKubeAPIServer(t *testing.T) {
+	names := func(gk schema.GroupKind) []string {
+		var out []string
+		for _, c := range Columns(gk) {
+			out = append(out, c.Name)
+		}
+		return out
+	}
+	created := ago(90 * time.Second)
+	for _, tc := range []struct {
+		kind    string
+		obj     runtime.Object
+		columns []string
+		cells   []any
+	}{
+		{"ConfigMap", &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "cm", CreationTimestamp: created},
+			Data: map[string]string{"a": "1", "b": "2"}, BinaryData: map[string][]byte{"c": {0}}},
+			[]string{"Name", "Data", "Age"}, []any{"cm", int64(3), "90s"}},
+		{"Secret", &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "s", CreationTimestamp: created},
+			Type: corev1.SecretTypeTLS, Data: map[string][]byte{"tls.crt": nil, "tls.key": nil}},
+			[]string{"Name", "Type", "Data", "Age"}, []any{"s", "kubernetes.io/tls", int64(2), "90s"}},
+		{"ServiceAccount", &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "sa", CreationTimestamp: created},
+			Secrets: []corev1.ObjectReference{{Name: "t"}}},
+			[]string{"Name", "Secrets", "Age"}, []any{"sa", int64(1), "90s"}},
+	} {
+		gk := schema.GroupKind{Kind: tc.kind}
+		if got := names(gk); !slices.Equal(got, tc.columns) {
+			t.Errorf("%s columns %v, want %v", gk.Kind, got, tc.columns)
+		}
+		if got := Cells(tc.obj, now); !slices.Equal(got, tc.cells) {
+			t.Errorf("%s cells %v, want %v", gk.Kind, got, tc.cells)
+		}
+	}
+}
+
+// TestEveryKindHasItsColumns: for every served kind, a row has one cell per
+// column, and the kinds with upstream columns get more than Name and Age.
+func TestEveryKindHasItsColumns(t *testing.T) {
+	for _, r := range resources.All() {
+		obj := r.New()
+		obj.SetName("x")
+		cols := Columns(schema.GroupKind{Group: r.Group, Kind: r.Kind})
+		if got := len(Cells(obj, now)); got != len(cols) {
+			t.Errorf("%s: %d cells for %d columns", r.Kind, got, len(cols))
+		}
+		// A CustomResourceDefinition's, a Role's and a ClusterRole's upstream
+		// columns are Name and Created At.
+		if len(cols) <= 2 && r != resources.CustomResourceDefinitions && r != resources.Roles && r != resources.ClusterRoles {
+			t.Errorf("%s: only columns %v", r.Kind, cols)
+		}
 	}
 }

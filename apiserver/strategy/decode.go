@@ -7,7 +7,7 @@
 // apimachinery's random source). The HTTP layer calls them in Kubernetes' order:
 // Decode → Default → PrepareForCreate → ValidateCreate on POST, and
 // Decode or ApplyPatch → Default → PrepareForUpdate → ValidateUpdate on PUT
-// and PATCH. The rules follow REFERENCE-daemonset.md §6 and the upstream
+// and PATCH. The rules follow docs/controller-rules.md §6 and the upstream
 // registry strategies (pkg/registry/*/strategy.go).
 package strategy
 

@@ -23,13 +23,18 @@ const (
 )
 
 // Default applies the defaults Kubernetes applies on create and update:
-// DaemonSet (REFERENCE-daemonset.md §6.1) and the pod-spec defaults of its
+// DaemonSet (docs/controller-rules.md §6.1) and the pod-spec defaults of its
 // template, Pod (spec defaults plus the Pod-only ones: enableServiceLinks,
 // requests from limits, hostPort from containerPort with hostNetwork),
-// Namespace (phase Active, kubernetes.io/metadata.name label) and Node
-// (allocatable from capacity). Other kinds have no defaults.
+// Namespace (phase Active, kubernetes.io/metadata.name label), Node
+// (allocatable from capacity), Secret (stringData merged into data, type
+// Opaque), and PriorityClass and the stored-only kinds (Kubernetes' own
+// defaulters, see defaultStored). Other kinds have no defaults.
 func Default(r *resources.Resource, obj resources.Object) {
+	defaultRBAC(obj)
 	switch o := obj.(type) {
+	case *corev1.Secret:
+		defaultSecret(o)
 	case *appsv1.DaemonSet:
 		defaultDaemonSet(o)
 	case *corev1.Pod:
@@ -38,6 +43,8 @@ func Default(r *resources.Resource, obj resources.Object) {
 		defaultNamespace(o)
 	case *corev1.Node:
 		defaultNode(o)
+	default:
+		defaultStored(o)
 	}
 	if r != nil && obj.GetObjectKind().GroupVersionKind().Empty() {
 		r.SetTypeMeta(obj)
@@ -306,4 +313,24 @@ func defaultNode(n *corev1.Node) {
 	}
 	roundUpResources(n.Status.Capacity)
 	roundUpResources(n.Status.Allocatable)
+}
+
+// defaultSecret does what kube-apiserver's v1 → internal conversion and
+// SetDefaults_Secret do (k8s.io/kubernetes pkg/apis/core/v1/conversion.go
+// Convert_v1_Secret_To_core_Secret, pkg/apis/core/v1/defaults.go): each
+// stringData entry overwrites the data entry of its key and stringData is
+// dropped, so it is never stored nor returned; an empty type is Opaque.
+func defaultSecret(s *corev1.Secret) {
+	if len(s.StringData) > 0 {
+		if s.Data == nil {
+			s.Data = make(map[string][]byte, len(s.StringData))
+		}
+		for k, v := range s.StringData {
+			s.Data[k] = []byte(v)
+		}
+	}
+	s.StringData = nil
+	if s.Type == "" {
+		s.Type = corev1.SecretTypeOpaque
+	}
 }

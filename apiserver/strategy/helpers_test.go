@@ -19,7 +19,8 @@ var testNow = time.Date(2026, 11, 22, 4, 0, 0, 123456789, time.UTC)
 
 func testUID() types.UID { return "11111111-2222-3333-4444-555555555555" }
 
-// manifests are the copies of shared/manifests kept in testdata.
+// manifests are DaemonSets published in the Kubernetes tutorials and docs, which
+// must apply unchanged.
 var manifests = []string{"testdata/redis-ds.yaml", "testdata/fluentd-elasticsearch.yaml"}
 
 func readFile(t testing.TB, path string) []byte {

@@ -24,7 +24,7 @@ func storedNode(t *testing.T, taints ...corev1.Taint) *corev1.Node {
 }
 
 // TestPatchNode replays kubectl's taint, untaint, cordon, uncordon and label
-// bodies (REFERENCE-kubectl.md §2.7–2.9).
+// bodies (docs/kubectl-wire.md §2.7–2.9).
 func TestPatchNode(t *testing.T) {
 	other := corev1.Taint{Key: "other", Value: "x", Effect: corev1.TaintEffectNoExecute}
 	key := corev1.Taint{Key: "key", Value: "val", Effect: corev1.TaintEffectNoSchedule}

@@ -14,7 +14,7 @@ import (
 )
 
 // TemplateGenerationAnnotation is the apps/v1 face of the DaemonSet's internal
-// spec.templateGeneration (REFERENCE-daemonset.md §6.2, §6.3).
+// spec.templateGeneration (docs/controller-rules.md §6.2, §6.3).
 const TemplateGenerationAnnotation = "deprecated.daemonset.template.generation"
 
 // Name generation as Kubernetes' names.SimpleNameGenerator does it.
@@ -30,10 +30,12 @@ const (
 //   - uid = newUID(), creationTimestamp = now to the second, generation = 1;
 //   - resourceVersion, deletionTimestamp, deletionGracePeriodSeconds and
 //     managedFields cleared; namespace cleared for cluster-scoped resources;
-//   - DaemonSet: status cleared, templateGeneration annotation (§6.2);
+//   - DaemonSet: status cleared, templateGeneration annotation
+//     (docs/controller-rules.md §6.2);
 //   - Pod: status reset to phase Pending with its QoS class;
 //   - Namespace: status reset to phase Active, spec.finalizers cleared;
-//   - Node: status kept (the agent registers with it).
+//   - Node: status kept (the agent registers with it);
+//   - ServiceAccount: secret references keep only their name.
 func PrepareForCreate(r *resources.Resource, obj resources.Object, now time.Time, newUID func() types.UID) {
 	if obj.GetName() == "" && obj.GetGenerateName() != "" {
 		obj.SetName(generateName(obj.GetGenerateName()))
@@ -68,6 +70,19 @@ func PrepareForCreate(r *resources.Resource, obj resources.Object, now time.Time
 		// stays empty and namespace deletion never waits on it.
 		o.Status = corev1.NamespaceStatus{Phase: corev1.NamespaceActive}
 		o.Spec.Finalizers = nil
+	case *corev1.ServiceAccount:
+		cleanSecretReferences(o)
+	default:
+		prepareStoredCreate(o)
+	}
+}
+
+// cleanSecretReferences keeps only the name of each secret reference of a
+// ServiceAccount, as its registry strategy does
+// (k8s.io/kubernetes pkg/registry/core/serviceaccount/strategy.go).
+func cleanSecretReferences(sa *corev1.ServiceAccount) {
+	for i, ref := range sa.Secrets {
+		sa.Secrets[i] = corev1.ObjectReference{Name: ref.Name}
 	}
 }
 
@@ -111,7 +126,9 @@ func setTemplateGeneration(ds *appsv1.DaemonSet, tg int64) {
 //   - Pod, Node: generation++ when the spec changed (semantically);
 //     Namespace: spec (finalizers) also comes from old;
 //   - DaemonSet: the templateGeneration annotation comes from old and is
-//     incremented, with generation, when spec.template changed (§6.3).
+//     incremented, with generation, when spec.template changed
+//     (docs/controller-rules.md §6.3);
+//   - ServiceAccount: secret references keep only their name.
 func PrepareForUpdate(r *resources.Resource, obj, old resources.Object) {
 	keepServerMeta(obj, old)
 	if r != nil {
@@ -154,6 +171,10 @@ func PrepareForUpdate(r *resources.Resource, obj, old resources.Object) {
 			o.Status = *ons.Status.DeepCopy()
 			o.Spec = *ons.Spec.DeepCopy()
 		}
+	case *corev1.ServiceAccount:
+		cleanSecretReferences(o)
+	default:
+		prepareStoredUpdate(o, old)
 	}
 }
 
@@ -214,6 +235,9 @@ func PrepareForStatusUpdate(r *resources.Resource, obj, old resources.Object) {
 			o.Spec = *ons.Spec.DeepCopy()
 		}
 	default:
+		if prepareStoredStatusUpdate(obj, old) {
+			break
+		}
 		// Kinds without status: the write may change nothing at all.
 		if m, om := objectMeta(obj), objectMeta(old); m != nil && om != nil {
 			*m = *om.DeepCopy()

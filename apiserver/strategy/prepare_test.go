@@ -37,7 +37,8 @@ func TestPrepareForCreate(t *testing.T) {
 	if !apiequality.Semantic.DeepEqual(ds.Status, appsv1.DaemonSetStatus{}) {
 		t.Errorf("status not cleared: %+v", ds.Status)
 	}
-	// A client-sent templateGeneration is honoured (§6.2); below 1 is raised to 1.
+	// A client-sent templateGeneration is honoured (docs/controller-rules.md
+	// §6.2); below 1 is raised to 1.
 	if got := ds.Annotations[TemplateGenerationAnnotation]; got != "4" {
 		t.Errorf("templateGeneration %q, want 4", got)
 	}
@@ -92,8 +93,9 @@ func TestPrepareForCreate(t *testing.T) {
 	}
 }
 
-// TestGeneration covers §6.3: metadata-only no bump, other spec change bumps
-// generation only, template change bumps generation and templateGeneration.
+// TestGeneration covers docs/controller-rules.md §6.3: metadata-only no bump,
+// other spec change bumps generation only, template change bumps generation
+// and templateGeneration.
 func TestGeneration(t *testing.T) {
 	tests := []struct {
 		name           string

@@ -13,19 +13,28 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	utilvalidation "k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/everynode/everynode/rollout"
 )
 
-// validateDaemonSet is Kubernetes' ValidateDaemonSet (REFERENCE-daemonset.md
-// §6.4 rules 1–8), without the object metadata, which the caller checks.
+// validateDaemonSet is Kubernetes' ValidateDaemonSet
+// (docs/controller-rules.md §6.4 rules 1–8), without the object metadata,
+// which the caller checks, plus everynode's rollout.everynode.io/
+// annotations (docs/rollouts.md).
 func validateDaemonSet(ds *appsv1.DaemonSet) field.ErrorList {
 	allErrs := validateDaemonSetSpec(&ds.Spec, field.NewPath("spec"))
 	allErrs = append(allErrs, validateTemplateGenerationAnnotation(ds)...)
-	return allErrs
+	return append(allErrs, rollout.Validate(ds.Annotations)...)
 }
 
-// validateDaemonSetUpdate adds the update-only rules (§6.4 rule 10).
+// validateDaemonSetUpdate adds the update-only rules
+// (docs/controller-rules.md §6.4 rule 10).
+// Rollout annotations (docs/rollouts.md) are checked only where the update
+// adds or changes them.
 func validateDaemonSetUpdate(ds, old *appsv1.DaemonSet) field.ErrorList {
-	allErrs := validateDaemonSet(ds)
+	allErrs := validateDaemonSetSpec(&ds.Spec, field.NewPath("spec"))
+	allErrs = append(allErrs, validateTemplateGenerationAnnotation(ds)...)
+	allErrs = append(allErrs, rollout.ValidateUpdate(ds.Annotations, old.Annotations)...)
 	if !apiequality.Semantic.DeepEqual(ds.Spec.Selector, old.Spec.Selector) {
 		allErrs = append(allErrs, field.Invalid(field.NewPath("spec").Child("selector"), ds.Spec.Selector, "field is immutable"))
 	}

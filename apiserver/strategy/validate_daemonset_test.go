@@ -22,7 +22,7 @@ func rolling(maxUnavailable, maxSurge *intstr.IntOrString) func(*appsv1.DaemonSe
 func intPtr(i int32) *intstr.IntOrString  { return ptr.To(intstr.FromInt32(i)) }
 func strPtr(s string) *intstr.IntOrString { return ptr.To(intstr.FromString(s)) }
 
-// TestValidateDaemonSet covers every rule of REFERENCE-daemonset.md §6.4 with
+// TestValidateDaemonSet covers every rule of docs/controller-rules.md §6.4 with
 // Kubernetes' message. The mutation runs after Default and PrepareForCreate.
 func TestValidateDaemonSet(t *testing.T) {
 	tests := []struct {
@@ -146,7 +146,8 @@ func TestValidateDaemonSet(t *testing.T) {
 	}
 }
 
-// TestValidateDaemonSetUpdate covers the update-only rules (§6.4 rules 9, 10).
+// TestValidateDaemonSetUpdate covers the update-only rules
+// (docs/controller-rules.md §6.4 rules 9, 10).
 func TestValidateDaemonSetUpdate(t *testing.T) {
 	tests := []struct {
 		name   string

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	utilvalidation "k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	rbacvalidation "k8s.io/kubernetes/pkg/apis/rbac/validation"
 )
 
 // ValidateCreate validates a new object after Default and PrepareForCreate:
@@ -26,7 +27,8 @@ func ValidateCreate(r *resources.Resource, obj resources.Object) field.ErrorList
 // ValidateUpdate validates obj, the new state, against old, the stored state,
 // after Default and PrepareForUpdate: the create rules, the immutable metadata
 // (name, namespace, uid, creationTimestamp, ...) and the resource's update
-// rules (DaemonSet selector, ControllerRevision data, pod spec).
+// rules (DaemonSet selector, ControllerRevision data, pod spec, the data of
+// immutable ConfigMaps and Secrets, a Secret's type).
 //
 // An empty metadata.resourceVersion is not reported: whether an unconditional
 // update is allowed is the HTTP layer's decision (Kubernetes allows it for all
@@ -40,6 +42,9 @@ func ValidateUpdate(r *resources.Resource, obj, old resources.Object) field.Erro
 		allErrs = append(allErrs, e)
 	}
 	allErrs = append(allErrs, apivalidation.ValidateFinalizers(obj.GetFinalizers(), field.NewPath("metadata", "finalizers"))...)
+	if errs, ok := validateRBAC(obj, old); ok {
+		return append(allErrs, errs...)
+	}
 	switch o := obj.(type) {
 	case *appsv1.DaemonSet:
 		od, ok := old.(*appsv1.DaemonSet)
@@ -63,6 +68,18 @@ func ValidateUpdate(r *resources.Resource, obj, old resources.Object) field.Erro
 		if !apiequality.Semantic.DeepEqual(o.Data, oc.Data) {
 			allErrs = append(allErrs, field.Invalid(field.NewPath("data"), "", "field is immutable"))
 		}
+	case *corev1.ConfigMap:
+		ocm, ok := old.(*corev1.ConfigMap)
+		if !ok {
+			return append(allErrs, typeMismatch(obj, old))
+		}
+		allErrs = append(allErrs, validateConfigMapUpdate(o, ocm)...)
+	case *corev1.Secret:
+		osec, ok := old.(*corev1.Secret)
+		if !ok {
+			return append(allErrs, typeMismatch(obj, old))
+		}
+		allErrs = append(allErrs, validateSecretUpdate(o, osec)...)
 	case *corev1.Node:
 		on, ok := old.(*corev1.Node)
 		if !ok {
@@ -77,6 +94,7 @@ func ValidateUpdate(r *resources.Resource, obj, old resources.Object) field.Erro
 		}
 	default:
 		allErrs = append(allErrs, validateKind(obj)...)
+		allErrs = append(allErrs, validateStoredUpdate(obj, old)...)
 	}
 	return allErrs
 }
@@ -86,7 +104,8 @@ func typeMismatch(obj, old resources.Object) *field.Error {
 }
 
 // validateObjectMeta runs apimachinery's ObjectMeta rules with the resource's
-// name rule: DNS label for namespaces, DNS subdomain for the rest.
+// name rule: DNS label for namespaces, path segment for the RBAC kinds, DNS
+// subdomain for the rest.
 func validateObjectMeta(r *resources.Resource, obj resources.Object) field.ErrorList {
 	nameFn := apivalidation.NameIsDNSSubdomain
 	namespaced := true
@@ -95,14 +114,25 @@ func validateObjectMeta(r *resources.Resource, obj resources.Object) field.Error
 		if r.Kind == resources.Namespaces.Kind && r.Group == "" {
 			nameFn = apivalidation.NameIsDNSLabel
 		}
+		if fn := storedNameRule(r); fn != nil {
+			nameFn = fn
+		}
+		if isRBAC(r) {
+			nameFn = rbacvalidation.ValidateRBACName // path segments: "system:basic-user"
+		}
 	} else if _, ok := obj.(*corev1.Namespace); ok {
 		nameFn = apivalidation.NameIsDNSLabel
+	} else if isRBAC(resources.ForObject(obj)) {
+		nameFn = rbacvalidation.ValidateRBACName
 	}
 	return apivalidation.ValidateObjectMetaAccessor(obj, namespaced, nameFn, field.NewPath("metadata"))
 }
 
 // validateKind runs the create-time rules of obj's kind.
 func validateKind(obj resources.Object) field.ErrorList {
+	if errs, ok := validateRBAC(obj, nil); ok {
+		return errs
+	}
 	switch o := obj.(type) {
 	case *appsv1.DaemonSet:
 		return validateDaemonSet(o)
@@ -114,8 +144,12 @@ func validateKind(obj resources.Object) field.ErrorList {
 		return validateNode(o)
 	case *corev1.Event:
 		return validateEvent(o)
+	case *corev1.ConfigMap:
+		return validateConfigMap(o)
+	case *corev1.Secret:
+		return validateSecret(o)
 	}
-	return nil
+	return validateStored(obj)
 }
 
 func validatePod(p *corev1.Pod) field.ErrorList {
@@ -124,7 +158,7 @@ func validatePod(p *corev1.Pod) field.ErrorList {
 }
 
 // validateControllerRevision: data required, revision >= 0
-// (REFERENCE-daemonset.md §6.4, last paragraph).
+// (docs/controller-rules.md §6.4, last paragraph).
 func validateControllerRevision(cr *appsv1.ControllerRevision) field.ErrorList {
 	var allErrs field.ErrorList
 	if len(cr.Data.Raw) == 0 && cr.Data.Object == nil {

@@ -1,41 +1,46 @@
-// Package fake provides Client, an in-memory client.Interface with real
-// behaviour for tests of the controllers, the agent and the CLI: resourceVersions
-// from one counter, AlreadyExists/NotFound/Conflict as *apierrors.StatusError,
-// label and field selectors on List and Watch, Watch from a resourceVersion
-// (synthetic ADDED events for rv "" or "0"), UpdateStatus that changes only the
-// status, the three patch types, Delete that honours finalizers, a call log
-// (Actions) and injectable per-verb errors (Fail, FailFunc), in the manner of
-// client-go's fake clientset and FakePodControl.
+// Package fake provides Client, an in-memory client.Interface for tests of the
+// controllers, the agent and the CLI, in the manner of client-go's fake
+// clientset: resourceVersions from one counter, Watch from a resourceVersion
+// (synthetic ADDED events for rv "" or "0"), a call log (Actions) and
+// injectable per-verb errors (Fail, FailFunc).
 //
-// Some of the API server's registry rules are mirrored because callers rely on
-// them: uid, creationTimestamp and generation are set on create; generation is
-// bumped when "spec" changes; a DaemonSet's status is cleared on create and its
-// deprecated.daemonset.template.generation annotation follows template changes;
-// a Pod created through Create starts in phase Pending. There is no validation
-// or defaulting beyond that.
+// Every write and read runs the API server's own rules from
+// apiserver/strategy, so the fake answers as the server does: decoding,
+// defaults, validation (422 Invalid with the same causes), server-set
+// metadata (uid, creationTimestamp, generation that moves on spec changes
+// only), managedFields, optimistic concurrency (409 Conflict), the three patch
+// types and server-side apply, label and field selectors (400 for fields the
+// server does not index), dry runs, and deletion with finalizers, propagation
+// policies and pod grace periods. The contract test in apiserver
+// (contract_test.go) sends the same requests to the fake, the in-process
+// client and the HTTP server and requires the same answers.
+//
+// What the fake does not do: authorization and admission (a namespace need
+// not exist before objects are created in it), and the garbage collector and
+// node agents that finish marked deletions (tests delete with
+// GracePeriodSeconds 0 or update finalizers away, as those would).
 //
 // All methods are safe for concurrent use.
 package fake
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	utilrand "k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/clock"
 
+	"github.com/everynode/everynode/apiserver/strategy"
 	"github.com/everynode/everynode/client"
 	"github.com/everynode/everynode/resources"
 )
@@ -54,9 +59,9 @@ const (
 	VerbDelete = "delete"
 )
 
-// templateGenerationAnnotation mirrors the apps/v1 view of a DaemonSet's
-// internal spec.templateGeneration.
-const templateGenerationAnnotation = "deprecated.daemonset.template.generation"
+// DefaultManager is the field manager of writes without
+// WriteOptions.FieldManager.
+const DefaultManager = "fake"
 
 // historyLimit is how many past events a Client keeps for Watch from a
 // resourceVersion; older versions get a 410 Gone.
@@ -111,10 +116,10 @@ type Client struct {
 	watchers map[*watcher]struct{}
 	actions  []Action
 	failures []failure
+	writer   *strategy.Writer // built by rules on first use
 }
 
-// New returns a Client holding copies of objs, stored as given (no create-time
-// rules applied) except that a missing uid and resourceVersion are assigned.
+// New returns a Client holding copies of objs, stored as Seed stores them.
 // It panics if an object's type is not a served resource or is a duplicate,
 // which is a bug in the test.
 func New(objs ...resources.Object) *Client {
@@ -131,15 +136,19 @@ func New(objs ...resources.Object) *Client {
 	return c
 }
 
-// SetClock sets the clock used for creationTimestamp and deletionTimestamp.
+// SetClock sets the clock used for creationTimestamp, deletionTimestamp and
+// managedFields times.
 func (c *Client) SetClock(clk clock.PassiveClock) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.clock = clk
 }
 
-// Seed stores a copy of obj as given (assigning only uid and resourceVersion),
-// emitting an ADDED event, without recording an action or consulting Fail.
+// Seed stores a copy of obj as an object the API server stored earlier would
+// be: defaulted (strategy.Default), with apiVersion and kind, a uid when it
+// has none, and a new resourceVersion; metadata and status are kept as given
+// and nothing is validated, so a test can start from any state. It emits an
+// ADDED event, without recording an action or consulting Fail.
 func (c *Client) Seed(obj resources.Object) error {
 	r := resources.ForObject(obj)
 	if r == nil {
@@ -158,6 +167,7 @@ func (c *Client) Seed(obj resources.Object) error {
 	if o.GetUID() == "" {
 		o.SetUID(c.newUID())
 	}
+	strategy.Default(r, o)
 	c.store(r, k, nil, o, watch.Added)
 	return nil
 }
@@ -255,19 +265,43 @@ func copyOut(o resources.Object) resources.Object {
 	return o.DeepCopyObject().(resources.Object)
 }
 
-func resourceOf(obj client.Object) (*resources.Resource, error) {
-	r := resources.ForObject(obj)
-	if r == nil {
-		return nil, apierrors.NewBadRequest(fmt.Sprintf("fake: unknown object type %T", obj))
-	}
-	return r, nil
-}
-
 func (c *Client) key(r *resources.Resource, namespace, name string) objKey {
 	if !r.Namespaced {
 		namespace = ""
 	}
 	return objKey{r, namespace, name}
+}
+
+// rules returns the shared write rules, building the field managers on first
+// use (they take a few milliseconds, which tests that never write skip).
+// Lock held.
+func (c *Client) rules() (*strategy.Writer, error) {
+	if c.writer != nil {
+		return c.writer, nil
+	}
+	fields, err := strategy.NewFieldManagers(nil)
+	if err != nil {
+		return nil, apierrors.NewInternalError(fmt.Errorf("fake: %w", err))
+	}
+	c.writer = &strategy.Writer{
+		Now:    func() time.Time { return c.clock.Now() }, // called with c.mu held
+		NewUID: c.newUID,
+		Fields: fields,
+	}
+	return c.writer, nil
+}
+
+// op is a write's strategy.Op; the field manager defaults to DefaultManager.
+func op(r *resources.Resource, sub string, opts client.WriteOptions) strategy.Op {
+	m := opts.FieldManager
+	if m == "" {
+		m = DefaultManager
+	}
+	return strategy.Op{Resource: r, Subresource: sub, Manager: m}
+}
+
+func hasSubresource(r *resources.Resource, sub string) bool {
+	return slices.Contains(r.Subresources, sub)
 }
 
 // Get implements client.Interface.
@@ -317,135 +351,138 @@ func (c *Client) List(ctx context.Context, r *resources.Resource, namespace stri
 
 // Create implements client.Interface.
 func (c *Client) Create(ctx context.Context, obj client.Object, opts client.WriteOptions) (client.Object, error) {
-	r, err := resourceOf(obj)
+	r, o, err := strategy.ClientInput(obj)
 	if err != nil {
 		return nil, err
 	}
-	o := copyOut(obj)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !r.Namespaced {
-		o.SetNamespace("")
-	}
-	name := o.GetName()
-	if name == "" && o.GetGenerateName() != "" {
-		c.seq++
-		name = o.GetGenerateName() + utilrand.SafeEncodeString(fmt.Sprintf("%05d", c.seq%100000))
-	}
-	if err := c.record(Action{Verb: VerbCreate, Resource: r.Name, Namespace: o.GetNamespace(), Name: name}); err != nil {
+	generated, keyErr := strategy.CreateKey(r, strategy.WriteNamespace(r, o), o)
+	if err := c.record(Action{Verb: VerbCreate, Resource: r.Name, Namespace: o.GetNamespace(), Name: o.GetName()}); err != nil {
 		return nil, err
 	}
-	if name == "" {
-		return nil, apierrors.NewBadRequest("fake: name or generateName is required")
+	if keyErr != nil {
+		return nil, keyErr
 	}
-	if r.Namespaced && o.GetNamespace() == "" {
-		return nil, apierrors.NewBadRequest("fake: namespace is required for " + r.Name)
+	return c.create(op(r, "", opts), o, generated, opts.DryRun)
+}
+
+// create runs the create rules on o (owned by the call) and stores it. Lock held.
+func (c *Client) create(op strategy.Op, o resources.Object, generated, dryRun bool) (client.Object, error) {
+	r := op.Resource
+	w, err := c.rules()
+	if err != nil {
+		return nil, err
 	}
-	o.SetName(name)
-	k := c.key(r, o.GetNamespace(), name)
-	if _, ok := c.objects[k]; ok {
-		return nil, apierrors.NewAlreadyExists(r.GroupResource(), name)
+	if o, err = w.Create(op, o); err != nil {
+		return nil, err
 	}
-	o.SetUID(c.newUID())
-	o.SetCreationTimestamp(metav1.NewTime(c.clock.Now().Truncate(time.Second)))
-	o.SetDeletionTimestamp(nil)
-	o.SetGeneration(1)
-	o.SetResourceVersion("")
-	switch t := o.(type) {
-	case *appsv1.DaemonSet:
-		t.Status = appsv1.DaemonSetStatus{}
-		setTemplateGeneration(t, 1)
-	case *corev1.Pod:
-		t.Status = corev1.PodStatus{Phase: corev1.PodPending}
+	if err := strategy.AdmitPodPriority(o, c.priorityClasses()); err != nil {
+		return nil, err
 	}
-	if opts.DryRun {
-		r.SetTypeMeta(o)
+	k := c.key(r, o.GetNamespace(), o.GetName())
+	for try := 1; ; try++ {
+		if _, taken := c.objects[k]; !taken {
+			break
+		}
+		if !generated || try == maxGenerateNameTries {
+			return nil, apierrors.NewAlreadyExists(r.GroupResource(), o.GetName())
+		}
+		o.SetName(strategy.GenerateName(o))
+		k = c.key(r, o.GetNamespace(), o.GetName())
+	}
+	if dryRun {
 		return o, nil
 	}
 	c.store(r, k, nil, o, watch.Added)
 	return copyOut(o), nil
 }
 
-func setTemplateGeneration(ds *appsv1.DaemonSet, gen int64) {
-	if ds.Annotations == nil {
-		ds.Annotations = map[string]string{}
+// priorityClasses are the stored PriorityClasses and the system ones, which
+// the API server always has. Lock held.
+func (c *Client) priorityClasses() []*schedulingv1.PriorityClass {
+	var out []*schedulingv1.PriorityClass
+	have := make(map[string]bool)
+	for k, o := range c.objects {
+		if pc, ok := o.(*schedulingv1.PriorityClass); ok && k.r == resources.PriorityClasses {
+			out = append(out, pc)
+			have[pc.Name] = true
+		}
 	}
-	ds.Annotations[templateGenerationAnnotation] = strconv.FormatInt(gen, 10)
+	for _, pc := range strategy.SystemPriorityClasses() {
+		if !have[pc.Name] {
+			out = append(out, pc)
+		}
+	}
+	return out
 }
 
-// Update implements client.Interface. The stored status is kept for resources
-// with a status subresource.
+// maxGenerateNameTries bounds retries when a generated name is taken, as the
+// API server does.
+const maxGenerateNameTries = 5
+
+// Update implements client.Interface.
 func (c *Client) Update(ctx context.Context, obj client.Object, opts client.WriteOptions) (client.Object, error) {
-	r, err := resourceOf(obj)
-	if err != nil {
-		return nil, err
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	k := c.key(r, obj.GetNamespace(), obj.GetName())
-	if err := c.record(Action{Verb: VerbUpdate, Resource: r.Name, Namespace: k.namespace, Name: k.name}); err != nil {
-		return nil, err
-	}
-	return c.update(r, k, copyOut(obj), "", opts)
+	return c.updateVerb(obj, opts, "")
 }
 
-// UpdateStatus implements client.Interface: only the status of obj is stored.
+// UpdateStatus implements client.Interface.
 func (c *Client) UpdateStatus(ctx context.Context, obj client.Object, opts client.WriteOptions) (client.Object, error) {
-	r, err := resourceOf(obj)
+	return c.updateVerb(obj, opts, "status")
+}
+
+func (c *Client) updateVerb(obj client.Object, opts client.WriteOptions, sub string) (client.Object, error) {
+	r, o, err := strategy.ClientInput(obj)
 	if err != nil {
 		return nil, err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	k := c.key(r, obj.GetNamespace(), obj.GetName())
-	if err := c.record(Action{Verb: VerbUpdate, Resource: r.Name, Subresource: "status", Namespace: k.namespace, Name: k.name}); err != nil {
+	k := c.key(r, strategy.WriteNamespace(r, o), o.GetName())
+	if err := c.record(Action{Verb: VerbUpdate, Resource: r.Name, Subresource: sub, Namespace: k.namespace, Name: k.name}); err != nil {
 		return nil, err
 	}
-	return c.update(r, k, copyOut(obj), "status", opts)
+	if sub != "" && !hasSubresource(r, sub) {
+		return nil, apierrors.NewNotFound(r.GroupResource(), k.name+"/"+sub)
+	}
+	if err := strategy.CheckKey(r, k.namespace, k.name, o); err != nil {
+		return nil, err
+	}
+	return c.update(k, op(r, sub, opts), opts.DryRun, func(cur resources.Object) (resources.Object, error) {
+		if err := strategy.CheckResourceVersion(r, o, cur); err != nil {
+			return nil, err
+		}
+		return o, nil
+	})
 }
 
-// update stores o over the object at k. For subresource "status" only o's
-// status is taken; otherwise o's status is replaced by the stored one when the
-// resource has a status subresource. Lock held.
-func (c *Client) update(r *resources.Resource, k objKey, o resources.Object, subresource string, opts client.WriteOptions) (client.Object, error) {
+// update is the fake's GuaranteedUpdate: mutate turns the stored object into
+// the next state, which then runs the update rules. A result equal to the
+// stored object writes nothing; one that finished deleting is removed. Lock held.
+func (c *Client) update(k objKey, op strategy.Op, dryRun bool, mutate func(cur resources.Object) (resources.Object, error)) (client.Object, error) {
+	r := k.r
 	cur, ok := c.objects[k]
 	if !ok {
 		return nil, apierrors.NewNotFound(r.GroupResource(), k.name)
 	}
-	if rv := o.GetResourceVersion(); rv != "" && rv != cur.GetResourceVersion() {
-		return nil, apierrors.NewConflict(r.GroupResource(), k.name,
-			fmt.Errorf("the object has been modified; please apply your changes to the latest version and try again"))
-	}
-	var next resources.Object
-	var err error
-	if subresource == "status" {
-		next, err = withField(r, cur, o, "status")
-	} else {
-		next, err = withField(r, o, cur, "status")
-		if err == nil {
-			// Immutable metadata stays as stored.
-			next.SetUID(cur.GetUID())
-			next.SetCreationTimestamp(cur.GetCreationTimestamp())
-			next.SetGeneration(cur.GetGeneration())
-			if cur.GetDeletionTimestamp() != nil {
-				next.SetDeletionTimestamp(cur.GetDeletionTimestamp())
-			} else {
-				next.SetDeletionTimestamp(nil)
-			}
-			bumpGeneration(cur, next)
-		}
-	}
+	w, err := c.rules()
 	if err != nil {
 		return nil, err
 	}
-	next.SetNamespace(k.namespace)
-	next.SetName(k.name)
-	next.SetResourceVersion(cur.GetResourceVersion())
-	r.SetTypeMeta(next)
-	if equality.Semantic.DeepEqual(next, cur) || opts.DryRun {
-		return copyOut(next), nil
+	next, err := mutate(copyOut(cur))
+	if err != nil {
+		return nil, err
 	}
-	if next.GetDeletionTimestamp() != nil && len(next.GetFinalizers()) == 0 {
+	if next, err = w.Update(op, next, copyOut(cur)); err != nil {
+		return nil, err
+	}
+	if dryRun {
+		return next, nil
+	}
+	if equality.Semantic.DeepEqual(next, cur) {
+		return copyOut(cur), nil
+	}
+	if strategy.FinishedDeleting(next) {
 		c.store(r, k, cur, next, watch.Deleted)
 		return copyOut(next), nil
 	}
@@ -453,77 +490,78 @@ func (c *Client) update(r *resources.Resource, k objKey, o resources.Object, sub
 	return copyOut(next), nil
 }
 
-// bumpGeneration increments next's generation when its spec differs from
-// cur's, and for DaemonSets the template generation when the template does.
-func bumpGeneration(cur, next resources.Object) {
-	switch n := next.(type) {
-	case *appsv1.DaemonSet:
-		c := cur.(*appsv1.DaemonSet)
-		if !equality.Semantic.DeepEqual(c.Spec, n.Spec) {
-			n.Generation = c.Generation + 1
-		}
-		gen, _ := strconv.ParseInt(c.Annotations[templateGenerationAnnotation], 10, 64)
-		if !equality.Semantic.DeepEqual(c.Spec.Template, n.Spec.Template) {
-			gen++
-		}
-		setTemplateGeneration(n, max(gen, 1))
-	default:
-		a, errA := fieldJSON(cur, "spec")
-		b, errB := fieldJSON(next, "spec")
-		if errA == nil && errB == nil && string(a) != string(b) {
-			next.SetGeneration(cur.GetGeneration() + 1)
-		}
+// Patch implements client.Interface: JSON patch, JSON merge patch, strategic
+// merge patch, and server-side apply (types.ApplyYAMLPatchType, without
+// force) on the main resource; subresource "status" changes only the status.
+func (c *Client) Patch(ctx context.Context, r *resources.Resource, namespace, name string, pt types.PatchType, data []byte, opts client.WriteOptions, subresource string) (client.Object, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	k := c.key(r, namespace, name)
+	if err := c.record(Action{Verb: VerbPatch, Resource: r.Name, Subresource: subresource, Namespace: k.namespace, Name: name}); err != nil {
+		return nil, err
 	}
+	if subresource != "" && !hasSubresource(r, subresource) {
+		return nil, apierrors.NewNotFound(r.GroupResource(), name+"/"+subresource)
+	}
+	if pt == types.ApplyYAMLPatchType && subresource == "" {
+		return c.apply(k, data, opts)
+	}
+	return c.update(k, op(r, subresource, opts), opts.DryRun, func(cur resources.Object) (resources.Object, error) {
+		next, err := strategy.ApplyPatch(r, cur, pt, data)
+		if err != nil {
+			return nil, err
+		}
+		if err := strategy.CheckKey(r, k.namespace, k.name, next); err != nil {
+			return nil, err
+		}
+		if err := strategy.CheckResourceVersion(r, next, cur); err != nil {
+			return nil, err
+		}
+		return next, nil
+	})
 }
 
-// withField returns a copy of base with field taken from src (through JSON,
-// so it works for every type).
-func withField(r *resources.Resource, base, src resources.Object, field string) (resources.Object, error) {
-	var bm, sm map[string]json.RawMessage
-	if err := roundTrip(base, &bm); err != nil {
+// apply is a server-side apply by opts.FieldManager: it creates a missing
+// object or merges into the stored one. Lock held.
+func (c *Client) apply(k objKey, data []byte, opts client.WriteOptions) (client.Object, error) {
+	r := k.r
+	if err := strategy.CheckManager(opts.FieldManager); err != nil {
 		return nil, err
 	}
-	if err := roundTrip(src, &sm); err != nil {
-		return nil, err
-	}
-	if v, ok := sm[field]; ok {
-		bm[field] = v
-	} else {
-		delete(bm, field)
-	}
-	data, err := json.Marshal(bm)
+	applied, err := strategy.DecodeApplied(r, k.namespace, k.name, data, false)
 	if err != nil {
-		return nil, apierrors.NewInternalError(err)
-	}
-	out := r.New()
-	if err := json.Unmarshal(data, out); err != nil {
-		return nil, apierrors.NewInternalError(err)
-	}
-	return out, nil
-}
-
-func fieldJSON(o resources.Object, field string) (json.RawMessage, error) {
-	var m map[string]json.RawMessage
-	if err := roundTrip(o, &m); err != nil {
 		return nil, err
 	}
-	return m[field], nil
-}
-
-func roundTrip(o any, into any) error {
-	data, err := json.Marshal(o)
+	w, err := c.rules()
 	if err != nil {
-		return apierrors.NewInternalError(err)
+		return nil, err
 	}
-	if err := json.Unmarshal(data, into); err != nil {
-		return apierrors.NewInternalError(err)
+	o := strategy.Op{Resource: r, Manager: opts.FieldManager, Applying: true}
+	if _, ok := c.objects[k]; !ok {
+		obj, err := w.Fields.Apply(r, nil, applied, opts.FieldManager, false)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := strategy.CreateKey(r, k.namespace, obj); err != nil {
+			return nil, err
+		}
+		return c.create(o, obj, false, opts.DryRun)
 	}
-	return nil
+	return c.update(k, o, opts.DryRun, func(cur resources.Object) (resources.Object, error) {
+		next, err := w.Fields.Apply(r, cur, applied, opts.FieldManager, false)
+		if err != nil {
+			return nil, err
+		}
+		next.SetResourceVersion(cur.GetResourceVersion())
+		return next, nil
+	})
 }
 
-// Delete implements client.Interface. An object with finalizers (after adding
-// "orphan" or "foregroundDeletion" for those propagation policies) only gets a
-// deletionTimestamp; it is removed when an update empties its finalizers.
+// Delete implements client.Interface with the API server's deletion rules
+// (strategy.DeletionPlan): an object with finalizers, or a pod bound to a
+// node with a grace period, is only marked with a deletionTimestamp; it is
+// removed when an update empties its finalizers or a delete with
+// GracePeriodSeconds 0 follows. Deleting a namespace deletes its content.
 func (c *Client) Delete(ctx context.Context, r *resources.Resource, namespace, name string, opts metav1.DeleteOptions) (client.Object, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -531,56 +569,62 @@ func (c *Client) Delete(ctx context.Context, r *resources.Resource, namespace, n
 	if err := c.record(Action{Verb: VerbDelete, Resource: r.Name, Namespace: k.namespace, Name: name}); err != nil {
 		return nil, err
 	}
+	dryRun, err := strategy.ValidateDeleteOptions(&opts)
+	if err != nil {
+		return nil, err
+	}
+	if r == resources.Namespaces && strategy.ImmortalNamespace(name) {
+		return nil, apierrors.NewForbidden(r.GroupResource(), name, fmt.Errorf("this namespace may not be deleted"))
+	}
 	cur, ok := c.objects[k]
 	if !ok {
 		return nil, apierrors.NewNotFound(r.GroupResource(), name)
 	}
-	if p := opts.Preconditions; p != nil {
-		if p.UID != nil && *p.UID != cur.GetUID() {
-			return nil, apierrors.NewConflict(r.GroupResource(), name,
-				fmt.Errorf("precondition failed: UID in precondition: %v, UID in object meta: %v", *p.UID, cur.GetUID()))
-		}
-		if p.ResourceVersion != nil && *p.ResourceVersion != cur.GetResourceVersion() {
-			return nil, apierrors.NewConflict(r.GroupResource(), name,
-				fmt.Errorf("precondition failed: ResourceVersion in precondition: %v, ResourceVersion in object meta: %v", *p.ResourceVersion, cur.GetResourceVersion()))
-		}
+	if err := strategy.CheckPreconditions(r, cur, opts.Preconditions); err != nil {
+		return nil, err
 	}
-	next := copyOut(cur)
-	fin := next.GetFinalizers()
-	if opts.PropagationPolicy != nil {
-		switch *opts.PropagationPolicy {
-		case metav1.DeletePropagationOrphan:
-			fin = addString(fin, metav1.FinalizerOrphanDependents)
-		case metav1.DeletePropagationForeground:
-			fin = addString(fin, metav1.FinalizerDeleteDependents)
+	if r == resources.Namespaces {
+		if dryRun {
+			return copyOut(cur), nil
 		}
+		c.deleteNamespaceContent(name)
+		c.store(r, k, cur, copyOut(cur), watch.Deleted)
+		return copyOut(cur), nil
 	}
-	if opts.DryRun != nil && len(opts.DryRun) > 0 {
+	next, remove := strategy.DeletionPlan(r, cur, &opts, c.clock.Now())
+	switch {
+	case dryRun && remove:
+		return copyOut(cur), nil
+	case dryRun && next != nil:
 		return next, nil
+	case next == nil && !remove:
+		return copyOut(cur), nil // already marked as asked
+	case remove:
+		c.store(r, k, cur, copyOut(cur), watch.Deleted)
+		return copyOut(cur), nil
 	}
-	if len(fin) > 0 {
-		if cur.GetDeletionTimestamp() != nil && len(fin) == len(cur.GetFinalizers()) {
-			return next, nil
-		}
-		next.SetFinalizers(fin)
-		if next.GetDeletionTimestamp() == nil {
-			now := metav1.NewTime(c.clock.Now().Truncate(time.Second))
-			next.SetDeletionTimestamp(&now)
-			var grace int64
-			next.SetDeletionGracePeriodSeconds(&grace)
-		}
-		c.store(r, k, cur, next, watch.Modified)
-		return copyOut(next), nil
-	}
-	c.store(r, k, cur, next, watch.Deleted)
+	r.SetTypeMeta(next)
+	c.store(r, k, cur, next, watch.Modified)
 	return copyOut(next), nil
 }
 
-func addString(list []string, s string) []string {
-	for _, x := range list {
-		if x == s {
-			return list
+// deleteNamespaceContent removes every object in namespace, as the API
+// server's namespace deletion does. Lock held.
+func (c *Client) deleteNamespaceContent(namespace string) {
+	var keys []objKey
+	for k := range c.objects {
+		if k.r.Namespaced && k.namespace == namespace {
+			keys = append(keys, k)
 		}
 	}
-	return append(append([]string(nil), list...), s)
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i].r.Name != keys[j].r.Name {
+			return keys[i].r.Name < keys[j].r.Name
+		}
+		return keys[i].name < keys[j].name
+	})
+	for _, k := range keys {
+		cur := c.objects[k]
+		c.store(k.r, k, cur, copyOut(cur), watch.Deleted)
+	}
 }

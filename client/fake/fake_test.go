@@ -14,7 +14,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	testingclock "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
 
+	"github.com/everynode/everynode/apiserver/strategy"
 	"github.com/everynode/everynode/client"
 	"github.com/everynode/everynode/resources"
 )
@@ -84,8 +86,8 @@ func TestCreateGetErrors(t *testing.T) {
 	if rvOf(t, p2) <= rvOf(t, p1) {
 		t.Errorf("resourceVersions not increasing: %s then %s", p1.GetResourceVersion(), p2.GetResourceVersion())
 	}
-	if _, err := c.Create(ctx, pod("", "nons", "", nil), client.WriteOptions{}); !apierrors.IsBadRequest(err) {
-		t.Errorf("create without namespace: %v, want BadRequest", err)
+	if o, err := c.Create(ctx, pod("", "nons", "", nil), client.WriteOptions{}); err != nil || o.GetNamespace() != "default" {
+		t.Errorf("create without namespace: %v, want it in namespace default as the clients send it", err)
 	}
 	// Returned objects are copies.
 	p1.SetLabels(map[string]string{"mutated": "yes"})
@@ -103,8 +105,8 @@ func TestUpdateConflictAndStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := o.(*appsv1.DaemonSet)
-	if d.Annotations[templateGenerationAnnotation] != "1" {
-		t.Errorf("template generation annotation = %q", d.Annotations[templateGenerationAnnotation])
+	if d.Annotations[strategy.TemplateGenerationAnnotation] != "1" {
+		t.Errorf("template generation annotation = %q", d.Annotations[strategy.TemplateGenerationAnnotation])
 	}
 
 	// Status through Update is ignored.
@@ -142,7 +144,7 @@ func TestUpdateConflictAndStatus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if g := s2.GetGeneration(); g != 2 || s2.GetAnnotations()[templateGenerationAnnotation] != "1" {
+	if g := s2.GetGeneration(); g != 2 || s2.GetAnnotations()[strategy.TemplateGenerationAnnotation] != "1" {
 		t.Errorf("spec change: generation %d annotation %v", g, s2.GetAnnotations())
 	}
 	d3 := s2.(*appsv1.DaemonSet)
@@ -151,7 +153,7 @@ func TestUpdateConflictAndStatus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if g := s3.GetGeneration(); g != 3 || s3.GetAnnotations()[templateGenerationAnnotation] != "2" {
+	if g := s3.GetGeneration(); g != 3 || s3.GetAnnotations()[strategy.TemplateGenerationAnnotation] != "2" {
 		t.Errorf("template change: generation %d annotation %v", g, s3.GetAnnotations())
 	}
 	// No-op update keeps the resourceVersion.
@@ -246,8 +248,9 @@ func expectEvent(t *testing.T, w watch.Interface, typ watch.EventType, name stri
 func TestWatch(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	c := New(pod("default", "a", "n1", nil), pod("default", "b", "n2", nil))
-	w, err := c.Watch(ctx, resources.Pods, "default", client.ListOptions{FieldSelector: "spec.nodeName=n1"})
+	yes, no := map[string]string{"sel": "yes"}, map[string]string{"sel": "no"}
+	c := New(pod("default", "a", "n1", yes), pod("default", "b", "n1", no), pod("default", "d", "n2", yes))
+	w, err := c.Watch(ctx, resources.Pods, "default", client.ListOptions{LabelSelector: "sel=yes", FieldSelector: "spec.nodeName=n1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -255,24 +258,26 @@ func TestWatch(t *testing.T) {
 	expectEvent(t, w, watch.Added, "a")
 
 	// Live events.
-	if _, err := c.Create(ctx, pod("default", "c", "n1", nil), client.WriteOptions{}); err != nil {
+	if _, err := c.Create(ctx, pod("default", "c", "n1", yes), client.WriteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	expectEvent(t, w, watch.Added, "c")
-	// b moves onto n1: ADDED; a moves away: DELETED.
+	// b starts matching: ADDED; a stops: DELETED (a bound pod's nodeName is
+	// immutable, so labels move them).
 	b, _ := c.Get(ctx, resources.Pods, "default", "b")
-	b.(*corev1.Pod).Spec.NodeName = "n1"
+	b.SetLabels(yes)
 	if _, err := c.Update(ctx, b, client.WriteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	expectEvent(t, w, watch.Added, "b")
 	a, _ := c.Get(ctx, resources.Pods, "default", "a")
-	a.(*corev1.Pod).Spec.NodeName = "n3"
+	a.SetLabels(no)
 	if _, err := c.Update(ctx, a, client.WriteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	expectEvent(t, w, watch.Deleted, "a")
-	if _, err := c.Delete(ctx, resources.Pods, "default", "c", metav1.DeleteOptions{}); err != nil {
+	// A bound pod is removed at once only without a grace period.
+	if _, err := c.Delete(ctx, resources.Pods, "default", "c", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
 		t.Fatal(err)
 	}
 	expectEvent(t, w, watch.Deleted, "c")
@@ -317,9 +322,8 @@ func TestWatchFromResourceVersion(t *testing.T) {
 func TestWatchGone(t *testing.T) {
 	c := New()
 	ctx := context.Background()
-	for i := 0; i < historyLimit+1; i++ {
-		p := pod("default", "p"+strconv.Itoa(i), "", nil)
-		if _, err := c.Create(ctx, p, client.WriteOptions{}); err != nil {
+	for i := 0; i < historyLimit+1; i++ { // Seed: the history fills without the write rules' cost
+		if err := c.Seed(pod("default", "p"+strconv.Itoa(i), "", nil)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -350,8 +354,8 @@ func TestPatch(t *testing.T) {
 			func(p *corev1.Pod) bool { return p.Labels["k"] == "v" && p.Labels["app"] == "x" }},
 		{"merge", types.MergePatchType, `{"metadata":{"labels":{"app":null}}}`, "",
 			func(p *corev1.Pod) bool { return len(p.Labels) == 0 }},
-		{"json", types.JSONPatchType, `[{"op":"replace","path":"/spec/nodeName","value":"n9"}]`, "",
-			func(p *corev1.Pod) bool { return p.Spec.NodeName == "n9" }},
+		{"json", types.JSONPatchType, `[{"op":"replace","path":"/spec/containers/0/image","value":"img2"}]`, "",
+			func(p *corev1.Pod) bool { return p.Spec.Containers[0].Image == "img2" }},
 		{"status only", types.MergePatchType, `{"status":{"phase":"Running"},"spec":{"nodeName":"zz"}}`, "status",
 			func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning && p.Spec.NodeName == "n1" }},
 		{"status ignored on main resource", types.MergePatchType, `{"status":{"phase":"Running"}}`, "",
@@ -374,7 +378,7 @@ func TestPatch(t *testing.T) {
 		t.Errorf("patch missing: %v", err)
 	}
 	c = New(pod("default", "a", "", nil))
-	if _, err := c.Patch(ctx, resources.Pods, "default", "a", types.JSONPatchType, []byte(`[{"op":"bogus"}]`), client.WriteOptions{}, ""); !apierrors.IsBadRequest(err) {
+	if _, err := c.Patch(ctx, resources.Pods, "default", "a", types.JSONPatchType, []byte(`[{"op":"bogus"}]`), client.WriteOptions{}, ""); !apierrors.IsInvalid(err) {
 		t.Errorf("bad patch: %v", err)
 	}
 }

@@ -2,85 +2,40 @@ package fake
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"net/http"
 	"sort"
 	"strconv"
 	"sync"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/strategicpatch"
 	"k8s.io/apimachinery/pkg/watch"
 
-	jsonpatch "gopkg.in/evanphx/json-patch.v4"
-
+	"github.com/everynode/everynode/apiserver/strategy"
 	"github.com/everynode/everynode/client"
 	"github.com/everynode/everynode/resources"
 )
 
-// matcher applies a List/Watch's label and field selectors.
+// matcher applies a List/Watch's label and field selectors, parsed and
+// matched by the API server's rules.
 type matcher struct {
 	r     *resources.Resource
 	label labels.Selector
 	field fields.Selector
-	all   bool
 }
 
 func newMatcher(r *resources.Resource, opts client.ListOptions) (*matcher, error) {
-	ls, err := labels.Parse(opts.LabelSelector)
+	ls, fs, err := strategy.ParseSelector(r, opts.LabelSelector, opts.FieldSelector)
 	if err != nil {
-		return nil, apierrors.NewBadRequest(fmt.Sprintf("unable to parse requirement: %v", err))
+		return nil, err
 	}
-	fs, err := fields.ParseSelector(opts.FieldSelector)
-	if err != nil {
-		return nil, apierrors.NewBadRequest(fmt.Sprintf("invalid field selector: %v", err))
-	}
-	return &matcher{r: r, label: ls, field: fs, all: ls.Empty() && fs.Empty()}, nil
+	return &matcher{r: r, label: ls, field: fs}, nil
 }
 
 func (m *matcher) matches(o resources.Object) bool {
-	if m.all {
-		return true
-	}
-	return m.label.Matches(labels.Set(o.GetLabels())) && m.field.Matches(FieldSet(o))
-}
-
-// FieldSet returns the fields an object can be selected by, as the store does:
-// metadata.name and metadata.namespace for all; pods: spec.nodeName,
-// spec.restartPolicy, spec.schedulerName, status.phase; nodes:
-// spec.unschedulable; events: involvedObject.*, reason, type, source.
-func FieldSet(o resources.Object) fields.Set {
-	s := fields.Set{"metadata.name": o.GetName(), "metadata.namespace": o.GetNamespace()}
-	switch t := o.(type) {
-	case *corev1.Pod:
-		s["spec.nodeName"] = t.Spec.NodeName
-		s["spec.restartPolicy"] = string(t.Spec.RestartPolicy)
-		s["spec.schedulerName"] = t.Spec.SchedulerName
-		s["status.phase"] = string(t.Status.Phase)
-	case *corev1.Node:
-		s["spec.unschedulable"] = strconv.FormatBool(t.Spec.Unschedulable)
-	case *corev1.Event:
-		s["involvedObject.kind"] = t.InvolvedObject.Kind
-		s["involvedObject.namespace"] = t.InvolvedObject.Namespace
-		s["involvedObject.name"] = t.InvolvedObject.Name
-		s["involvedObject.uid"] = string(t.InvolvedObject.UID)
-		s["involvedObject.apiVersion"] = t.InvolvedObject.APIVersion
-		s["involvedObject.resourceVersion"] = t.InvolvedObject.ResourceVersion
-		s["involvedObject.fieldPath"] = t.InvolvedObject.FieldPath
-		s["reason"] = t.Reason
-		s["type"] = t.Type
-		s["source"] = t.Source.Component
-	case *appsv1.DaemonSet, *appsv1.ControllerRevision:
-	}
-	return s
+	return strategy.Matches(m.r, o, m.label, m.field)
 }
 
 // Watch implements client.Interface. ResourceVersion "" or "0" starts with a
@@ -264,51 +219,4 @@ func (c *Client) Watchers() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return len(c.watchers)
-}
-
-// Patch implements client.Interface for JSON patch, JSON merge patch and
-// strategic merge patch; subresource "status" keeps only the patched status.
-func (c *Client) Patch(ctx context.Context, r *resources.Resource, namespace, name string, pt types.PatchType, data []byte, opts client.WriteOptions, subresource string) (client.Object, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	k := c.key(r, namespace, name)
-	if err := c.record(Action{Verb: VerbPatch, Resource: r.Name, Subresource: subresource, Namespace: k.namespace, Name: name}); err != nil {
-		return nil, err
-	}
-	if subresource != "" && subresource != "status" {
-		return nil, apierrors.NewNotFound(r.GroupResource(), name+"/"+subresource)
-	}
-	cur, ok := c.objects[k]
-	if !ok {
-		return nil, apierrors.NewNotFound(r.GroupResource(), name)
-	}
-	orig, err := json.Marshal(cur)
-	if err != nil {
-		return nil, apierrors.NewInternalError(err)
-	}
-	var out []byte
-	switch pt {
-	case types.JSONPatchType:
-		var p jsonpatch.Patch
-		if p, err = jsonpatch.DecodePatch(data); err == nil {
-			out, err = p.Apply(orig)
-		}
-	case types.MergePatchType:
-		out, err = jsonpatch.MergePatch(orig, data)
-	case types.StrategicMergePatchType:
-		out, err = strategicpatch.StrategicMergePatch(orig, data, r.New())
-	default:
-		return nil, &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: http.StatusUnsupportedMediaType, Reason: metav1.StatusReasonUnsupportedMediaType, Message: fmt.Sprintf("the body of the request was in an unknown format: %s", pt)}}
-	}
-	if err != nil {
-		return nil, apierrors.NewBadRequest(fmt.Sprintf("the patch could not be applied: %v", err))
-	}
-	o := r.New()
-	if err := json.Unmarshal(out, o); err != nil {
-		return nil, apierrors.NewBadRequest(fmt.Sprintf("the patched object could not be decoded: %v", err))
-	}
-	if o.GetName() != name || (r.Namespaced && o.GetNamespace() != k.namespace) {
-		return nil, apierrors.NewBadRequest("the patch may not change the name or namespace")
-	}
-	return c.update(r, k, o, subresource, opts)
 }

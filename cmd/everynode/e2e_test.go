@@ -4,12 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,65 +17,21 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/everynode/everynode/cmd/everynode/internal/cli"
+	"github.com/everynode/everynode/internal/testkit"
 )
-
-// syncBuffer is a bytes.Buffer safe for the server goroutine and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // runningServer is an in-process "everynode server".
 type runningServer struct {
 	cancel     context.CancelFunc
 	done       chan error
-	out, log   *syncBuffer
+	out, log   *testkit.Buffer
 	kubeconfig string
 }
 
+// startServer runs "everynode server --no-agent" on free loopback ports.
 func startServer(t *testing.T, dataDir string) *runningServer {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	s := &runningServer{cancel: cancel, done: make(chan error, 1), out: &syncBuffer{}, log: &syncBuffer{},
-		kubeconfig: filepath.Join(dataDir, cli.AdminKubeconfigFile)}
-	// A kubeconfig left by an earlier run names its old port.
-	if err := os.Remove(s.kubeconfig); err != nil && !errors.Is(err, os.ErrNotExist) {
-		t.Fatal(err)
-	}
-	m := &cli.Main{Getenv: func(string) string { return "" }}
-	go func() {
-		s.done <- m.Run(ctx, []string{"server", "--data-dir", dataDir, "--listen", "127.0.0.1:0", "--no-agent", "--gossip", "127.0.0.1:0", "--gossip-profile", "local", "--log-level", "warn"},
-			nil, s.out, s.log)
-	}()
-	t.Cleanup(func() { s.stop(t) })
-	// Poll for the kubeconfig: the server writes it once /readyz answers.
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		if _, err := os.Stat(s.kubeconfig); err == nil {
-			return s
-		}
-		select {
-		case err := <-s.done:
-			s.done <- err
-			t.Fatalf("server exited before it was ready: %v\nlog:\n%s", err, s.log.String())
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s after 60s; log:\n%s", s.kubeconfig, s.log.String())
-		}
-	}
+	return startServerArgs(t, dataDir, "--listen", "127.0.0.1:0", "--no-agent", "--gossip", "127.0.0.1:0", "--gossip-profile", "local", "--log-level", "warn")
 }
 
 func (s *runningServer) stop(t *testing.T) {
@@ -170,20 +124,20 @@ func TestEndToEnd(t *testing.T) {
 
 	// get -w on one object prints it, then each change.
 	watchCtx, stopWatch := context.WithCancel(context.Background())
-	watchOut, watchDone := &syncBuffer{}, make(chan error, 1)
+	watchOut, watchDone := &testkit.Buffer{}, make(chan error, 1)
 	go func() {
 		m := &cli.Main{Getenv: func(string) string { return "" }}
 		watchDone <- m.Run(watchCtx, []string{"get", "ds", "fluentd-elasticsearch", "-n", "kube-system", "-w", "-o", "name", "--kubeconfig", srv.kubeconfig},
 			nil, watchOut, io.Discard)
 	}()
-	waitFor(t, func() bool { return watchOut.String() != "" }, "get -w to print the object")
+	testkit.EventuallyTrue(t, 30*time.Second, "get -w to print the object", func() bool { return watchOut.String() != "" })
 	changed := filepath.Join(t.TempDir(), "fluentd.yaml")
 	y, _ := os.ReadFile("testdata/fluentd-elasticsearch.yaml")
 	os.WriteFile(changed, bytes.Replace(y, []byte("memory: 200Mi\n          requests"), []byte("memory: 300Mi\n          requests"), 1), 0o600)
 	if out := srv.mustRun(t, "apply", "-f", changed); out != "daemonset.apps/fluentd-elasticsearch configured\n" {
 		t.Errorf("apply of a change printed %q", out)
 	}
-	waitFor(t, func() bool { return strings.Count(watchOut.String(), "\n") >= 2 }, "get -w to print the change")
+	testkit.EventuallyTrue(t, 30*time.Second, "get -w to print the change", func() bool { return strings.Count(watchOut.String(), "\n") >= 2 })
 	stopWatch()
 	if err := <-watchDone; err != nil {
 		t.Errorf("get -w ended with %v", err)
@@ -229,19 +183,6 @@ func TestEndToEnd(t *testing.T) {
 	}
 	if out := srv.mustRun(t, "get", "ds", "-A", "-o", "name"); out != "daemonset.apps/fluentd-elasticsearch\n" {
 		t.Errorf("after restart, get -o name printed %q", out)
-	}
-}
-
-// waitFor polls cond, which watches a real asynchronous system, until it
-// holds or 30s pass.
-func waitFor(t *testing.T, cond func() bool, what string) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 

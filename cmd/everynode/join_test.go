@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -19,12 +20,15 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/everynode/everynode/agent"
 	"github.com/everynode/everynode/apiserver/pki"
 	"github.com/everynode/everynode/client"
 	"github.com/everynode/everynode/cmd/everynode/internal/cli"
+	"github.com/everynode/everynode/controller/nodelifecycle"
 	"github.com/everynode/everynode/gossip"
+	"github.com/everynode/everynode/internal/testkit"
 	"github.com/everynode/everynode/resources"
-	"github.com/everynode/everynode/store"
+	"github.com/everynode/everynode/server"
 )
 
 // joinWait bounds each convergence of the join tests.
@@ -36,7 +40,7 @@ type runningAgent struct {
 	dataDir string
 	cancel  context.CancelFunc
 	done    chan error
-	log     *syncBuffer
+	log     *testkit.Buffer
 }
 
 // startAgent runs "everynode agent" for node name against srv with the fake
@@ -44,12 +48,12 @@ type runningAgent struct {
 func startAgent(t *testing.T, srv *runningServer, name, dataDir string, extra ...string) *runningAgent {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	a := &runningAgent{name: name, dataDir: dataDir, cancel: cancel, done: make(chan error, 1), log: &syncBuffer{}}
+	a := &runningAgent{name: name, dataDir: dataDir, cancel: cancel, done: make(chan error, 1), log: &testkit.Buffer{}}
 	args := append([]string{"agent", "--server", srv.url(t), "--token", srv.joinToken(t), "--name", name,
 		"--runtime", "fake", "--fake-images", "busybox", "--data-dir", dataDir,
 		"--gossip", "127.0.0.1:0", "--gossip-profile", "local", "--log-listen", "127.0.0.1:0", "--log-level", "warn"}, extra...) // a later --gossip wins
 	m := &cli.Main{Getenv: func(string) string { return "" }}
-	go func() { a.done <- m.Run(ctx, args, nil, &syncBuffer{}, a.log) }()
+	go func() { a.done <- m.Run(ctx, args, nil, &testkit.Buffer{}, a.log) }()
 	t.Cleanup(func() { a.stop(t) })
 	return a
 }
@@ -109,11 +113,11 @@ func (s *runningServer) client(t *testing.T, token string) client.Interface {
 // savedCredentials reads what the agent kept from its join.
 func savedCredentials(t *testing.T, dataDir string) (token string, key []byte, seeds []string) {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(dataDir, cli.CredentialsFile))
+	b, err := os.ReadFile(filepath.Join(dataDir, agent.CredentialsFile))
 	if err != nil {
 		t.Fatal(err)
 	}
-	fi, err := os.Stat(filepath.Join(dataDir, cli.CredentialsFile))
+	fi, err := os.Stat(filepath.Join(dataDir, agent.CredentialsFile))
 	if err != nil || fi.Mode().Perm() != 0o600 {
 		t.Errorf("credentials file mode %v (%v), want 0600", fi.Mode(), err)
 	}
@@ -145,26 +149,22 @@ func readyOf(n *corev1.Node) (corev1.ConditionStatus, string) {
 	return "", ""
 }
 
-// waitReady polls the Node until its Ready status is want and returns how long that took.
+// waitNodeReady polls the Node until its Ready status is want and returns
+// how long that took.
 func waitNodeReady(t *testing.T, c client.Interface, name string, want corev1.ConditionStatus, within time.Duration) time.Duration {
 	t.Helper()
 	start := time.Now()
-	var last string
-	for time.Since(start) < within {
+	testkit.Eventually(t, within, func() error {
 		n, err := getNode(context.Background(), c, name)
-		if err == nil {
-			st, reason := readyOf(n)
-			if st == want {
-				return time.Since(start)
-			}
-			last = fmt.Sprintf("Ready=%s (%s)", st, reason)
-		} else {
-			last = err.Error()
+		if err != nil {
+			return fmt.Errorf("node %s: %w", name, err)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("node %s not Ready=%s within %s: %s", name, want, within, last)
-	return 0
+		if st, reason := readyOf(n); st != want {
+			return fmt.Errorf("node %s Ready=%s (%s), want Ready=%s", name, st, reason, want)
+		}
+		return nil
+	})
+	return time.Since(start)
 }
 
 func barePod(name, node string) *corev1.Pod {
@@ -232,8 +232,8 @@ func TestJoinAndNodeRestriction(t *testing.T) {
 		}
 		m := &cli.Main{Getenv: func(string) string { return "" }}
 		err := m.Run(ctx, []string{"agent", "--server", srv.url(t), "--token", bad, "--name", "w-bad",
-			"--runtime", "fake", "--data-dir", t.TempDir(), "--gossip", "127.0.0.1:0"}, nil, &syncBuffer{}, &syncBuffer{})
-		want := "error: join refused: invalid join token; copy " + filepath.Dir(srv.kubeconfig) + "/join-token from the server"
+			"--runtime", "fake", "--data-dir", t.TempDir(), "--gossip", "127.0.0.1:0"}, nil, &testkit.Buffer{}, &testkit.Buffer{})
+		want := "error: join refused: invalid join token; copy the join-token file from the server's data directory"
 		if err == nil || cli.FormatError(err) != want {
 			t.Fatalf("got %v, want the line %q", err, want)
 		}
@@ -256,7 +256,14 @@ func TestJoinAndNodeRestriction(t *testing.T) {
 			do   func() error
 			code int // 0: success
 		}{
-			{"read another node", func() error { _, err := a1.Get(ctx, resources.Nodes, "", "w-a2"); return err }, 0},
+			{"read own node", func() error { _, err := a1.Get(ctx, resources.Nodes, "", "w-a1"); return err }, 0},
+			{"read another node", func() error { _, err := a1.Get(ctx, resources.Nodes, "", "w-a2"); return err }, 403},
+			{"list every pod", func() error { _, _, err := a1.List(ctx, resources.Pods, "", client.ListOptions{}); return err }, 403},
+			{"list own pods", func() error {
+				_, _, err := a1.List(ctx, resources.Pods, "", client.ListOptions{FieldSelector: "spec.nodeName=w-a1"})
+				return err
+			}, 0},
+			{"read another node's pod", func() error { _, err := a1.Get(ctx, resources.Pods, "default", "w-theirs"); return err }, 403},
 			{"label own node", func() error {
 				_, err := a1.Patch(ctx, resources.Nodes, "", "w-a1", types.MergePatchType, []byte(`{"metadata":{"labels":{"own":"yes"}}}`), client.WriteOptions{}, "")
 				return err
@@ -313,20 +320,20 @@ func TestJoinAndNodeRestriction(t *testing.T) {
 		if _, err := friend.Join(seeds); err != nil {
 			t.Fatalf("a member with the key cannot join: %v", err)
 		}
-		deadline := time.Now().Add(5 * time.Second)
-		for {
-			names := memberNames(friend)
-			if slices.Contains(names, "w-a1") {
-				if slices.Contains(names, "w-intruder") {
-					t.Fatalf("the intruder is a member: %v", names)
-				}
-				break
+		testkit.Eventually(t, 5*time.Second, func() error {
+			if names := memberNames(friend); !slices.Contains(names, "w-a1") {
+				return fmt.Errorf("friend does not see w-a1: %v", names)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("friend never saw w-a1: %v", names)
+			return nil
+		})
+		// The intruder never gets in, also not through the friend's view
+		// of the pool as gossip spreads.
+		testkit.Consistently(t, 500*time.Millisecond, func() error {
+			if names := memberNames(friend); slices.Contains(names, "w-intruder") {
+				return fmt.Errorf("the intruder is a member: %v", names)
 			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			return nil
+		})
 	})
 }
 
@@ -393,17 +400,16 @@ func TestAgentStopsAndReturns(t *testing.T) {
 	t.Logf("agents back: both Nodes Ready=True after %s", time.Since(t0).Round(10*time.Millisecond))
 	// It stays Ready: membership agrees with the agent (the node lifecycle
 	// controller would flip a node it thinks dead back to Unknown).
-	until := time.Now().Add(3 * time.Second)
-	for time.Now().Before(until) {
+	testkit.Consistently(t, 3*time.Second, func() error {
 		for _, name := range []string{"w-crash", "w-leave"} {
 			if n, err := getNode(context.Background(), admin, name); err == nil {
 				if st, reason := readyOf(n); st != corev1.ConditionTrue {
-					t.Fatalf("node %s went Ready=%s (%s) after returning", name, st, reason)
+					return fmt.Errorf("node %s went Ready=%s (%s) after returning", name, st, reason)
 				}
 			}
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // freeAddr returns a loopback host:port that was free a moment ago.
@@ -448,15 +454,25 @@ func TestAgentOfflineRestart(t *testing.T) {
 	a.stop(t)
 	srv.stop(t)
 	a = startAgent(t, srv, "w-offline", agentDir)
-	select {
-	case err := <-a.done:
-		a.done <- err
-		t.Fatalf("agent exited with the server down: %v\n%s", err, a.log.String())
-	case <-time.After(2 * time.Second):
+	running := func() error {
+		select {
+		case err := <-a.done:
+			a.done <- err
+			return fmt.Errorf("agent exited with the server down: %v\n%s", err, a.log.String())
+		default:
+			return nil
+		}
 	}
-	if !strings.Contains(a.log.String(), "starting offline") {
-		t.Errorf("agent log does not say it started offline:\n%s", a.log.String())
-	}
+	testkit.Eventually(t, joinWait, func() error {
+		if err := running(); err != nil {
+			return err
+		}
+		if !a.log.Contains("starting offline") {
+			return fmt.Errorf("agent log does not say it started offline:\n%s", a.log.String())
+		}
+		return nil
+	})
+	testkit.Consistently(t, 2*time.Second, running)
 
 	srv = startServerAt(t, srvDir, listen, gossipAddr)
 	admin = srv.client(t, "")
@@ -470,37 +486,34 @@ func TestAgentOfflineRestart(t *testing.T) {
 	_, key, seeds := savedCredentials(t, agentDir)
 	probe := newMember(t, "w-probe", key)
 	start := time.Now()
-	for {
-		if _, err := probe.Join(seeds); err == nil && slices.Contains(memberNames(probe), "w-offline") {
-			break
+	testkit.Eventually(t, 20*time.Second, func() error {
+		if _, err := probe.Join(seeds); err != nil {
+			return fmt.Errorf("probe cannot join %v: %w", seeds, err)
 		}
-		if time.Since(start) > 20*time.Second {
-			t.Fatalf("w-offline is not in the server's gossip pool: %v", memberNames(probe))
+		if names := memberNames(probe); !slices.Contains(names, "w-offline") {
+			return fmt.Errorf("w-offline is not in the server's gossip pool: %v", names)
 		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return nil
+	})
 	t.Logf("agent back in the gossip pool %s after the probe started", time.Since(start).Round(10*time.Millisecond))
 }
 
 func waitPodRunning(t *testing.T, c client.Interface, name string, uid types.UID) {
 	t.Helper()
-	deadline := time.Now().Add(joinWait)
-	for {
+	testkit.Eventually(t, joinWait, func() error {
 		o, err := c.Get(context.Background(), resources.Pods, "default", name)
-		if err == nil {
-			p := o.(*corev1.Pod)
-			if p.UID != uid {
-				t.Fatalf("pod %s has uid %s, want %s", name, p.UID, uid)
-			}
-			if p.Status.Phase == corev1.PodRunning {
-				return
-			}
+		if err != nil {
+			return fmt.Errorf("pod %s: %w", name, err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("pod %s not Running within %s (%v)", name, joinWait, err)
+		p := o.(*corev1.Pod)
+		if p.UID != uid {
+			t.Fatalf("pod %s has uid %s, want %s", name, p.UID, uid)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		if p.Status.Phase != corev1.PodRunning {
+			return fmt.Errorf("pod %s is %s, want Running", name, p.Status.Phase)
+		}
+		return nil
+	})
 }
 
 // startServerArgs runs "everynode server" with args (plus --data-dir) and
@@ -508,29 +521,31 @@ func waitPodRunning(t *testing.T, c client.Interface, name string, uid types.UID
 func startServerArgs(t *testing.T, dataDir string, args ...string) *runningServer {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &runningServer{cancel: cancel, done: make(chan error, 1), out: &syncBuffer{}, log: &syncBuffer{},
+	s := &runningServer{cancel: cancel, done: make(chan error, 1), out: &testkit.Buffer{}, log: &testkit.Buffer{},
 		kubeconfig: filepath.Join(dataDir, cli.AdminKubeconfigFile)}
-	_ = os.Remove(s.kubeconfig) // an earlier run's names its old port
+	// A kubeconfig left by an earlier run names its old port.
+	if err := os.Remove(s.kubeconfig); err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Fatal(err)
+	}
 	m := &cli.Main{Getenv: func(string) string { return "" }}
 	go func() {
 		s.done <- m.Run(ctx, append([]string{"server", "--data-dir", dataDir}, args...), nil, s.out, s.log)
 	}()
 	t.Cleanup(func() { s.stop(t) })
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		if _, err := os.Stat(s.kubeconfig); err == nil {
-			return s
-		}
+	// The server writes its kubeconfig once /readyz answers.
+	testkit.Eventually(t, 60*time.Second, func() error {
 		select {
 		case err := <-s.done:
 			s.done <- err
 			t.Fatalf("server exited before it was ready: %v\nlog:\n%s", err, s.log.String())
-		case <-time.After(20 * time.Millisecond):
+		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s after 60s; log:\n%s", s.kubeconfig, s.log.String())
+		if _, err := os.Stat(s.kubeconfig); err != nil {
+			return fmt.Errorf("%w; log:\n%s", err, s.log.String())
 		}
-	}
+		return nil
+	})
+	return s
 }
 
 // gossipAddrOf reads a server's gossip address from its log.
@@ -553,19 +568,32 @@ func TestTwoServersOneLeader(t *testing.T) {
 		t.Skip("starts embedded etcd")
 	}
 	etcdDir := t.TempDir()
-	etcdURL := "http://" + freeAddr(t)
+	// The shared etcd: the embedded etcd of a server that runs neither
+	// gossip nor controllers, on a unix socket in a private directory
+	// (etcd never listens on TCP; the server makes the new directory 0700).
+	etcdURL := "unix://" + filepath.Join(t.TempDir(), "etcd", "etcd.sock")
 	ctx := context.Background()
-	st, err := store.Open(ctx, store.Config{DataDir: etcdDir, ClientURL: etcdURL, CompactInterval: -1})
+	etcdHost, err := server.Start(ctx, server.Config{DataDir: etcdDir, Listen: "127.0.0.1:0", EtcdClientURL: etcdURL,
+		CompactInterval: -1, Membership: nodelifecycle.NewStaticMembership(), NoControllers: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
+	defer etcdHost.Close()
 
 	dirA, dirB := t.TempDir(), t.TempDir()
 	common := []string{"--listen", "127.0.0.1:0", "--no-agent", "--gossip", "127.0.0.1:0", "--gossip-profile", "local",
 		"--etcd-endpoints", etcdURL, "--log-level", "info"}
+	// The shared etcd's Secrets are encrypted with the keys of the server
+	// that created it: every server using it holds them.
+	keys, err := os.ReadFile(filepath.Join(etcdDir, server.EncryptionKeyFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dirA, server.EncryptionKeyFile), keys, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	a := startServerArgs(t, dirA, common...)
-	for _, f := range []string{pki.CACertFile, pki.CAKeyFile, pki.SecretFile} {
+	for _, f := range []string{pki.CACertFile, pki.CAKeyFile, pki.SecretFile, server.EncryptionKeyFile} {
 		b, err := os.ReadFile(filepath.Join(dirA, f))
 		if err != nil {
 			t.Fatal(err)
@@ -586,7 +614,7 @@ func TestTwoServersOneLeader(t *testing.T) {
 		return savedCredentials(t, dir)
 	}()
 	probe := newMember(t, "w-ha-probe", key)
-	waitFor(t, func() bool {
+	testkit.EventuallyTrue(t, joinWait, "server B's gossip pool to hold server A and A's agent", func() bool {
 		if _, err := probe.Join([]string{gossipAddrOf(t, b)}); err != nil {
 			return false
 		}
@@ -597,12 +625,12 @@ func TestTwoServersOneLeader(t *testing.T) {
 			}
 		}
 		return servers == 2 && slices.Contains(memberNames(probe), "w-ha")
-	}, "server B's gossip pool to hold server A and A's agent")
+	})
 
 	const leading = "leading: controllers start"
-	waitFor(t, func() bool {
-		return strings.Contains(a.log.String(), leading) || strings.Contains(b.log.String(), leading)
-	}, "a leader")
+	testkit.EventuallyTrue(t, joinWait, "a leader", func() bool {
+		return a.log.Contains(leading) || b.log.Contains(leading)
+	})
 	leader, follower := a, b
 	if strings.Contains(b.log.String(), leading) {
 		leader, follower = b, a
@@ -612,7 +640,7 @@ func TestTwoServersOneLeader(t *testing.T) {
 	}
 	leader.stop(t)
 	start := time.Now()
-	waitFor(t, func() bool { return strings.Contains(follower.log.String(), leading) }, "the other server to lead")
+	testkit.EventuallyTrue(t, joinWait, "the other server to lead", func() bool { return follower.log.Contains(leading) })
 	t.Logf("the other server leads %s after the leader stopped", time.Since(start).Round(10*time.Millisecond))
 
 	// Its controllers work: a DaemonSet applied through it gets its status.
@@ -620,8 +648,8 @@ func TestTwoServersOneLeader(t *testing.T) {
 	os.WriteFile(ds, []byte("apiVersion: apps/v1\nkind: DaemonSet\nmetadata: {name: ha, namespace: default}\nspec:\n  selector: {matchLabels: {app: ha}}\n  template:\n    metadata: {labels: {app: ha}}\n    spec: {containers: [{name: c, image: busybox}]}\n"), 0o600)
 	follower.mustRun(t, "apply", "-f", ds)
 	admin := follower.client(t, "")
-	waitFor(t, func() bool {
+	testkit.EventuallyTrue(t, joinWait, "the DaemonSet's status from the new leader's controller", func() bool {
 		o, err := admin.Get(ctx, resources.DaemonSets, "default", "ha")
 		return err == nil && o.(*appsv1.DaemonSet).Status.ObservedGeneration == 1
-	}, "the DaemonSet's status from the new leader's controller")
+	})
 }

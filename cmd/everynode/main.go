@@ -5,8 +5,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"os/signal"
@@ -19,10 +17,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := cli.NewMain().Run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()
-	switch {
-	case err == nil, errors.Is(err, flag.ErrHelp):
-		os.Exit(0)
-	default:
+	if err != nil {
 		fmt.Fprintln(os.Stderr, cli.FormatError(err))
 		os.Exit(1)
 	}

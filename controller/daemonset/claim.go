@@ -17,7 +17,8 @@ import (
 )
 
 // refManager adopts and releases objects for one DaemonSet by selector and
-// controller ownerReference, as Kubernetes' ClaimObject (REFERENCE §2.3).
+// controller ownerReference, as Kubernetes' ClaimObject
+// (docs/controller-rules.md §2.3).
 type refManager struct {
 	c   *Controller
 	ds  *appsv1.DaemonSet
@@ -97,20 +98,21 @@ func (m *refManager) patch(ctx context.Context, r *resources.Resource, obj metav
 }
 
 // getDaemonPods returns the pods ds controls, from the cache, after adoption
-// and release (REFERENCE §2.3).
+// and release (docs/controller-rules.md §2.3).
 func (c *Controller) getDaemonPods(ctx context.Context, ds *appsv1.DaemonSet) ([]*corev1.Pod, error) {
 	sel, err := metav1.LabelSelectorAsSelector(ds.Spec.Selector)
 	if err != nil {
 		return nil, fmt.Errorf("daemonset %s/%s selector: %w", ds.Namespace, ds.Name, err)
 	}
-	objs, err := c.podStore.ByIndex(namespaceIndex, ds.Namespace)
+	// Every pod of the namespace, not only those sel matches: owned pods
+	// that no longer match are released.
+	pods, err := c.podLister.Pods(ds.Namespace).List(labels.Everything())
 	if err != nil {
 		return nil, err
 	}
 	m := c.newRefManager(ds, sel)
 	var out []*corev1.Pod
-	for _, o := range objs {
-		pod := o.(*corev1.Pod)
+	for _, pod := range pods {
 		ok, err := m.claim(ctx, pod, resources.Pods, pod.Labels)
 		if err != nil {
 			return nil, err
@@ -122,9 +124,9 @@ func (c *Controller) getDaemonPods(ctx context.Context, ds *appsv1.DaemonSet) ([
 	return out, nil
 }
 
-// getNodesToDaemonPods groups ds's pods by target node (REFERENCE §2.4).
-// Terminal pods already being deleted are left out unless includeDeletedTerminal.
-// The pods are cache objects: read-only.
+// getNodesToDaemonPods groups ds's pods by target node
+// (docs/controller-rules.md §2.4). Terminal pods already being deleted are left
+// out unless includeDeletedTerminal. The pods are cache objects: read-only.
 func (c *Controller) getNodesToDaemonPods(ctx context.Context, ds *appsv1.DaemonSet, includeDeletedTerminal bool) (map[string][]*corev1.Pod, error) {
 	pods, err := c.getDaemonPods(ctx, ds)
 	if err != nil {

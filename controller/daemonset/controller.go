@@ -11,12 +11,16 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	appslisters "k8s.io/client-go/listers/apps/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 
 	"github.com/everynode/everynode/client"
+	"github.com/everynode/everynode/client/record"
 	"github.com/everynode/everynode/controller/internal/informer"
 	"github.com/everynode/everynode/controller/internal/workers"
 	"github.com/everynode/everynode/resources"
@@ -39,6 +43,10 @@ type Config struct {
 	// controllers, run by its owner (see controller.RunAll); nil makes the
 	// controller's own.
 	Informers *informer.Shared
+	// UnreachableGrace is how long a node must have been NotReady or
+	// Unknown before a rollout sets it aside (docs/rollouts.md §7); 0 means
+	// DefaultUnreachableGrace.
+	UnreachableGrace time.Duration
 }
 
 // Controller is the DaemonSet controller: the sample-controller skeleton
@@ -47,29 +55,39 @@ type Controller struct {
 	client     client.Interface
 	podControl podControl
 	recorder   eventRecorder
-	logger     *slog.Logger
-	clock      clock.WithTicker
+	// rolloutRecorder records the rollout settings' events (RolloutComponent).
+	rolloutRecorder eventRecorder
+	events          *record.Broadcaster // the recorders'; runs under Run
+	logger          *slog.Logger
+	clock           clock.WithTicker
 
 	burstReplicas     int
+	unreachableGrace  time.Duration
 	failedPodsBackoff *flowcontrol.Backoff
 	expectations      *expectations
 
-	informers *informer.Set
-	dsStore   cache.Indexer
-	podStore  cache.Indexer
-	nodeStore cache.Indexer
-	crStore   cache.Indexer
+	// The listers read the informers' caches. Their objects are shared
+	// with the informers (and, in process, with the API server's watch
+	// cache): read-only, DeepCopy before changing.
+	informers  *informer.Set
+	dsLister   appslisters.DaemonSetLister
+	podLister  corelisters.PodLister
+	nodeLister corelisters.NodeLister
+	crLister   appslisters.ControllerRevisionLister
 
 	queue workqueue.TypedRateLimitingInterface[string]
-
-	// runRecorder writes events in production; nil when tests replace the recorder.
-	runRecorder func(context.Context)
 }
 
 // New builds a Controller. Nothing runs until Run.
-func New(cfg Config) (*Controller, error) {
+func New(cfg Config) (_ *Controller, err error) {
 	if cfg.Client == nil {
 		return nil, errors.New("daemonset controller: Config.Client is required")
+	}
+	if cfg.UnreachableGrace < 0 {
+		return nil, errors.New("daemonset controller: Config.UnreachableGrace must not be negative")
+	}
+	if cfg.UnreachableGrace == 0 {
+		cfg.UnreachableGrace = DefaultUnreachableGrace
 	}
 	logger := cfg.Logger
 	if logger == nil {
@@ -79,19 +97,28 @@ func New(cfg Config) (*Controller, error) {
 	if clk == nil {
 		clk = clock.RealClock{}
 	}
-	rec := newClientRecorder(cfg.Client, clk, logger)
+	events := record.NewBroadcaster(cfg.Client, record.Options{Logger: logger, Clock: clk})
+	rec := events.NewRecorder(corev1.EventSource{Component: Component})
 	c := &Controller{
 		client:            cfg.Client,
 		recorder:          rec,
-		runRecorder:       rec.run,
+		rolloutRecorder:   events.NewRecorder(corev1.EventSource{Component: RolloutComponent}),
+		events:            events,
 		logger:            logger,
 		clock:             clk,
 		burstReplicas:     BurstReplicas,
+		unreachableGrace:  cfg.UnreachableGrace,
 		failedPodsBackoff: flowcontrol.NewFakeBackOff(FailedPodBackoffInitial, FailedPodBackoffMax, clk),
 		expectations:      newExpectations(clk),
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
-			workqueue.TypedRateLimitingQueueConfig[string]{Clock: clk}),
+		queue:             workers.NewQueue[string](clk),
 	}
+	// The queue's goroutine starts now and stops with ShutDown, which Run
+	// calls; if New fails there is no Run, so New stops it.
+	defer func() {
+		if err != nil {
+			c.queue.ShutDown()
+		}
+	}()
 	c.podControl = clientPodControl{client: cfg.Client, recorder: rec}
 
 	c.informers = informer.NewSet(cfg.Informers, cfg.Client)
@@ -104,7 +131,10 @@ func New(cfg Config) (*Controller, error) {
 		infs[i] = inf
 	}
 	dsInf, podInf, nodeInf, crInf := infs[0], infs[1], infs[2], infs[3]
-	c.dsStore, c.podStore, c.nodeStore, c.crStore = dsInf.GetIndexer(), podInf.GetIndexer(), nodeInf.GetIndexer(), crInf.GetIndexer()
+	c.dsLister = appslisters.NewDaemonSetLister(dsInf.GetIndexer())
+	c.podLister = corelisters.NewPodLister(podInf.GetIndexer())
+	c.nodeLister = corelisters.NewNodeLister(nodeInf.GetIndexer())
+	c.crLister = appslisters.NewControllerRevisionLister(crInf.GetIndexer())
 
 	for _, reg := range []struct {
 		inf cache.SharedIndexInformer
@@ -127,17 +157,12 @@ func New(cfg Config) (*Controller, error) {
 // started has stopped. It returns ctx's error if the caches never synced.
 // Run may be called once.
 func (c *Controller) Run(ctx context.Context, n int) error {
+	c.events.Start()
+	defer c.events.Shutdown() // after the workers have stopped
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer c.queue.ShutDown()
 
-	if c.runRecorder != nil {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c.runRecorder(ctx)
-		}()
-	}
 	c.logger.Info("daemonset controller: waiting for caches")
 	if err := c.informers.Start(ctx, &wg, "daemonset controller"); err != nil {
 		return err
@@ -169,27 +194,15 @@ func (c *Controller) enqueueAfter(ds *appsv1.DaemonSet, d time.Duration) {
 
 // listNodes returns the cached nodes sorted by name (read-only).
 func (c *Controller) listNodes() []*corev1.Node {
-	objs := c.nodeStore.List()
-	nodes := make([]*corev1.Node, 0, len(objs))
-	for _, o := range objs {
-		nodes = append(nodes, o.(*corev1.Node))
-	}
+	nodes, _ := c.nodeLister.List(labels.Everything()) // a cache list does not fail
 	sort.Slice(nodes, func(i, j int) bool { return nodes[i].Name < nodes[j].Name })
 	return nodes
 }
 
 // listDaemonSets returns the cached DaemonSets (read-only), optionally of one namespace.
 func (c *Controller) listDaemonSets(namespace string) []*appsv1.DaemonSet {
-	var objs []any
-	if namespace == "" {
-		objs = c.dsStore.List()
-	} else {
-		objs, _ = c.dsStore.ByIndex(namespaceIndex, namespace)
-	}
-	out := make([]*appsv1.DaemonSet, 0, len(objs))
-	for _, o := range objs {
-		out = append(out, o.(*appsv1.DaemonSet))
-	}
+	// namespace "" is metav1.NamespaceAll; a cache list does not fail.
+	out, _ := c.dsLister.DaemonSets(namespace).List(labels.Everything())
 	sort.Slice(out, func(i, j int) bool { return dsKey(out[i]) < dsKey(out[j]) })
 	return out
 }

@@ -14,8 +14,9 @@ import (
 	"github.com/everynode/everynode/client/fake"
 )
 
-// Ports of Kubernetes' daemon_controller_test.go (REFERENCE §9.1). Each runs
-// one sync against seeded caches and counts creates, deletes and events.
+// Ports of Kubernetes' daemon_controller_test.go
+// (docs/controller-rules.md §9.1). Each runs one sync against seeded caches and
+// counts creates, deletes and events.
 
 func TestDeleteFinalStateUnknown(t *testing.T) {
 	for _, strategy := range updateStrategies() {
@@ -597,12 +598,12 @@ func TestDaemonKillFailedPodsBackoff(t *testing.T) {
 }
 
 func TestTaintsAndTolerations(t *testing.T) {
-	notReady := []corev1.Taint{{Key: TaintNodeNotReady, Effect: corev1.TaintEffectNoExecute}}
-	unreachable := []corev1.Taint{{Key: TaintNodeUnreachable, Effect: corev1.TaintEffectNoExecute}}
+	notReady := []corev1.Taint{{Key: corev1.TaintNodeNotReady, Effect: corev1.TaintEffectNoExecute}}
+	unreachable := []corev1.Taint{{Key: corev1.TaintNodeUnreachable, Effect: corev1.TaintEffectNoExecute}}
 	pressure := []corev1.Taint{
-		{Key: TaintNodeDiskPressure, Effect: corev1.TaintEffectNoSchedule},
-		{Key: TaintNodeMemoryPressure, Effect: corev1.TaintEffectNoSchedule},
-		{Key: TaintNodePIDPressure, Effect: corev1.TaintEffectNoSchedule},
+		{Key: corev1.TaintNodeDiskPressure, Effect: corev1.TaintEffectNoSchedule},
+		{Key: corev1.TaintNodeMemoryPressure, Effect: corev1.TaintEffectNoSchedule},
+		{Key: corev1.TaintNodePIDPressure, Effect: corev1.TaintEffectNoSchedule},
 	}
 	cases := []struct {
 		name             string

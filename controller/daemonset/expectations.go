@@ -8,13 +8,14 @@ import (
 )
 
 // ExpectationsTimeout is how long unobserved creates and deletes hold back a
-// DaemonSet before the controller assumes they were lost (REFERENCE §2.8).
+// DaemonSet before the controller assumes they were lost
+// (docs/controller-rules.md §2.8).
 const ExpectationsTimeout = 5 * time.Minute
 
 // expectations remembers, per DaemonSet key, how many pod creations and
 // deletions the controller issued but has not yet seen in its pod cache, so a
-// sync never acts on a cache that is behind its own writes (REFERENCE §2.8).
-// It is safe for concurrent use.
+// sync never acts on a cache that is behind its own writes
+// (docs/controller-rules.md §2.8). It is safe for concurrent use.
 type expectations struct {
 	clock clock.PassiveClock
 	mu    sync.Mutex

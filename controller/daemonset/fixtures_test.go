@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
@@ -23,7 +24,8 @@ import (
 	"github.com/everynode/everynode/resources"
 )
 
-// Fixtures ported from Kubernetes' daemon_controller_test.go (REFERENCE §9).
+// Fixtures ported from Kubernetes' daemon_controller_test.go
+// (docs/controller-rules.md §9).
 
 var (
 	simpleDaemonSetLabel  = map[string]string{"name": "simple-daemon", "type": "production"}
@@ -63,6 +65,7 @@ func newDaemonSet(name string) *appsv1.DaemonSet {
 				ObjectMeta: metav1.ObjectMeta{Labels: simpleDaemonSetLabel},
 				Spec: corev1.PodSpec{
 					Containers: []corev1.Container{{
+						Name:                   "foo",
 						Image:                  "foo/bar",
 						TerminationMessagePath: corev1.TerminationMessagePathDefault,
 						ImagePullPolicy:        corev1.PullIfNotPresent,
@@ -145,7 +148,7 @@ func newPod(prefix, nodeName string, label map[string]string, ds *appsv1.DaemonS
 		lbls[RevisionHashLabel] = ComputeHash(&ds.Spec.Template, ds.Status.CollisionCount)
 		spec = *ds.Spec.Template.Spec.DeepCopy()
 	} else {
-		spec = corev1.PodSpec{Containers: []corev1.Container{{Image: "foo/bar"}}}
+		spec = corev1.PodSpec{Containers: []corev1.Container{{Name: "foo", Image: "foo/bar"}}}
 	}
 	if nodeName != "" {
 		spec.NodeName = nodeName
@@ -287,7 +290,7 @@ type fakeRecorder struct {
 	Events []string
 }
 
-func (r *fakeRecorder) Eventf(ctx context.Context, obj resources.Object, eventType, reason, format string, args ...any) {
+func (r *fakeRecorder) Eventf(obj runtime.Object, eventType, reason, format string, args ...any) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.Events = append(r.Events, eventType+" "+reason+" "+fmt.Sprintf(format, args...))
@@ -329,15 +332,19 @@ func newTestController(t *testing.T, objs ...*appsv1.DaemonSet) *testController 
 	if err != nil {
 		t.Fatal(err)
 	}
-	pc := &fakePodControl{podStore: c.podStore, expectations: c.expectations, created: map[string]*corev1.Pod{}}
+	// The informers' caches, which the listers read and the test fills:
+	// New adds daemonsets, pods, nodes and controllerrevisions in that order.
+	infs := c.informers.Informers()
+	dsStore, podStore, nodeStore, crStore := infs[0].GetStore(), infs[1].GetStore(), infs[2].GetStore(), infs[3].GetStore()
+	pc := &fakePodControl{podStore: podStore, expectations: c.expectations, created: map[string]*corev1.Pod{}}
 	rec := &fakeRecorder{}
 	c.podControl = pc
 	c.recorder = rec
-	c.runRecorder = nil
+	c.rolloutRecorder = rec
 	t.Cleanup(c.queue.ShutDown)
 	return &testController{
 		Controller: c, client: fc, podControl: pc, recorder: rec, clock: clk,
-		dsStore: c.dsStore, podStore: c.podStore, nodeStore: c.nodeStore, historyStore: c.crStore,
+		dsStore: dsStore, podStore: podStore, nodeStore: nodeStore, historyStore: crStore,
 	}
 }
 

@@ -9,10 +9,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/cache"
+
+	everynodeimages "github.com/everynode/everynode/images"
 )
 
 // The event handlers below only enqueue DaemonSet keys and account
-// expectations (REFERENCE §2.1); all work happens in sync.
+// expectations (docs/controller-rules.md §2.1); all work happens in sync.
 
 func tombstone[T any](obj any) (T, bool) {
 	if t, ok := obj.(T); ok {
@@ -59,11 +61,10 @@ func (c *Controller) resolveControllerRef(namespace string, ref *metav1.OwnerRef
 	if ref.Kind != controllerKind.Kind {
 		return nil
 	}
-	obj, exists, err := c.dsStore.GetByKey(namespace + "/" + ref.Name)
-	if err != nil || !exists {
+	ds, err := c.dsLister.DaemonSets(namespace).Get(ref.Name)
+	if err != nil {
 		return nil
 	}
-	ds := obj.(*appsv1.DaemonSet)
 	if ds.UID != ref.UID {
 		return nil
 	}
@@ -172,21 +173,36 @@ func (c *Controller) addNode(obj any) {
 	}
 }
 
-// shouldIgnoreNodeUpdate: only label and taint changes matter (REFERENCE §1.5).
+// shouldIgnoreNodeUpdate: only label and taint changes matter
+// (docs/controller-rules.md §1.5).
 func shouldIgnoreNodeUpdate(old, cur *corev1.Node) bool {
 	return equality.Semantic.DeepEqual(old.Labels, cur.Labels) && equality.Semantic.DeepEqual(old.Spec.Taints, cur.Spec.Taints)
 }
 
+// updateNode re-syncs the DaemonSets whose eligibility on the node changed
+// and, when the node went down or came back (NotReady/Unknown ↔ Ready),
+// every DaemonSet that runs or wants a pod there: a rollout sets aside
+// unreachable nodes and updates a returning one at once
+// (docs/rollouts.md §7).
 func (c *Controller) updateNode(oldObj, curObj any) {
 	old, ok1 := oldObj.(*corev1.Node)
 	cur, ok2 := curObj.(*corev1.Node)
-	if !ok1 || !ok2 || shouldIgnoreNodeUpdate(old, cur) {
+	if !ok1 || !ok2 {
+		return
+	}
+	reach := isDown(old) != isDown(cur)
+	images := !equality.Semantic.DeepEqual(old.Status.Images, cur.Status.Images)
+	if !reach && !images && shouldIgnoreNodeUpdate(old, cur) {
 		return
 	}
 	for _, ds := range c.listDaemonSets("") {
+		if images && ds.Annotations[everynodeimages.PrePullAnnotation] == "true" {
+			c.enqueue(ds) // a pre-pull may be complete (prepull.go)
+			continue
+		}
 		oldRun, oldCont := NodeShouldRunDaemonPod(old, ds)
 		curRun, curCont := NodeShouldRunDaemonPod(cur, ds)
-		if oldRun != curRun || oldCont != curCont {
+		if oldRun != curRun || oldCont != curCont || reach && (curRun || curCont) {
 			c.enqueue(ds)
 		}
 	}
@@ -218,7 +234,8 @@ func (c *Controller) addHistory(obj any) {
 		return
 	}
 	if ref := metav1.GetControllerOfNoCopy(cr); ref != nil {
-		// Owned revisions do not trigger a sync (REFERENCE §10.7).
+		// Owned revisions do not trigger a sync
+		// (docs/controller-rules.md §10.7).
 		return
 	}
 	for _, ds := range c.daemonSetsSelecting(cr.Namespace, cr.Labels) {

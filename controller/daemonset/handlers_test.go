@@ -2,6 +2,7 @@ package daemonset
 
 import (
 	"context"
+	"fmt"
 	"reflect"
 	"strconv"
 	"testing"
@@ -11,9 +12,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/everynode/everynode/internal/testkit"
 )
 
-// Ports of Kubernetes' event handler and node/pod mapping tests (REFERENCE §9.1).
+// Ports of Kubernetes' event handler and node/pod mapping tests
+// (docs/controller-rules.md §9.1).
 
 func TestUpdateNode(t *testing.T) {
 	withSelector := func() *appsv1.DaemonSet {
@@ -318,10 +322,12 @@ func TestPodEventHandlers(t *testing.T) {
 // from the queue's own goroutine after a fake-clock step).
 func waitQueued(t *testing.T, tc *testController, n int) []string {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for tc.queue.Len() < n && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
+	testkit.Eventually(t, 5*time.Second, func() error {
+		if got := tc.queue.Len(); got < n {
+			return fmt.Errorf("%d keys queued, want %d", got, n)
+		}
+		return nil
+	})
 	return queuedKeys(tc)
 }
 

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/utils/dump"
@@ -72,8 +73,9 @@ func Match(ds *appsv1.DaemonSet, cr *appsv1.ControllerRevision) (bool, error) {
 }
 
 // NewRevision builds the ControllerRevision for ds's current template with the
-// given revision number (REFERENCE §4.1): name "<ds>-<hash>", template labels
-// plus the hash label, the DaemonSet's annotations, a controller ownerReference.
+// given revision number (docs/controller-rules.md §4.1): name "<ds>-<hash>",
+// template labels plus the hash label, the DaemonSet's annotations, a
+// controller ownerReference.
 func NewRevision(ds *appsv1.DaemonSet, revision int64) (*appsv1.ControllerRevision, error) {
 	data, err := RevisionData(ds)
 	if err != nil {
@@ -118,7 +120,7 @@ func maxRevision(revs []*appsv1.ControllerRevision) int64 {
 }
 
 // constructHistory claims ds's revisions and returns the current one (created
-// or re-numbered as needed) and the old ones (REFERENCE §4.2).
+// or re-numbered as needed) and the old ones (docs/controller-rules.md §4.2).
 func (c *Controller) constructHistory(ctx context.Context, ds *appsv1.DaemonSet) (cur *appsv1.ControllerRevision, old []*appsv1.ControllerRevision, err error) {
 	histories, err := c.controlledHistories(ctx, ds)
 	if err != nil {
@@ -179,14 +181,14 @@ func (c *Controller) controlledHistories(ctx context.Context, ds *appsv1.DaemonS
 	if err != nil {
 		return nil, fmt.Errorf("daemonset %s/%s selector: %w", ds.Namespace, ds.Name, err)
 	}
-	objs, err := c.crStore.ByIndex(namespaceIndex, ds.Namespace)
+	// Every revision of the namespace: owned ones that no longer match are released.
+	crs, err := c.crLister.ControllerRevisions(ds.Namespace).List(labels.Everything())
 	if err != nil {
 		return nil, err
 	}
 	m := c.newRefManager(ds, sel)
 	var out []*appsv1.ControllerRevision
-	for _, o := range objs {
-		cr := o.(*appsv1.ControllerRevision)
+	for _, cr := range crs {
 		ok, err := m.claim(ctx, cr, resources.ControllerRevisions, cr.Labels)
 		if err != nil {
 			return nil, err
@@ -237,9 +239,10 @@ func (c *Controller) dedupCurHistories(ctx context.Context, ds *appsv1.DaemonSet
 	return keep, nil
 }
 
-// snapshot creates the revision of ds's current template. On a name taken by
-// a different template it bumps status.collisionCount and returns the
-// AlreadyExists error, so the retry hashes to a new name (REFERENCE §4.2).
+// snapshot creates the revision of ds's current template. On a name taken by a
+// different template it bumps status.collisionCount and returns the
+// AlreadyExists error, so the retry hashes to a new name
+// (docs/controller-rules.md §4.2).
 func (c *Controller) snapshot(ctx context.Context, ds *appsv1.DaemonSet, revision int64) (*appsv1.ControllerRevision, error) {
 	cr, err := NewRevision(ds, revision)
 	if err != nil {
@@ -282,8 +285,9 @@ func (c *Controller) snapshot(ctx context.Context, ds *appsv1.DaemonSet, revisio
 	return nil, createErr
 }
 
-// cleanupHistory deletes the oldest old revisions beyond
-// revisionHistoryLimit, never one whose hash a pod still carries (REFERENCE §4.4).
+// cleanupHistory deletes the oldest old revisions beyond revisionHistoryLimit,
+// never one whose hash a pod still carries (docs/controller-rules.md §4.4)
+// nor the last fully available one.
 func (c *Controller) cleanupHistory(ctx context.Context, ds *appsv1.DaemonSet, old []*appsv1.ControllerRevision) error {
 	limit := DefaultRevisionHistoryLimit
 	if ds.Spec.RevisionHistoryLimit != nil {
@@ -307,11 +311,12 @@ func (c *Controller) cleanupHistory(ctx context.Context, ds *appsv1.DaemonSet, o
 	}
 	sorted := append([]*appsv1.ControllerRevision(nil), old...)
 	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].Revision < sorted[j].Revision })
+	keep := lastAvailableRevision(old) // automatic rollback's target (docs/rollouts.md §6.1)
 	for _, h := range sorted {
 		if toKill <= 0 {
 			break
 		}
-		if hash, ok := h.Labels[RevisionHashLabel]; ok && live[hash] {
+		if hash, ok := h.Labels[RevisionHashLabel]; (ok && live[hash]) || h == keep {
 			continue
 		}
 		if _, err := c.client.Delete(ctx, resources.ControllerRevisions, h.Namespace, h.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {

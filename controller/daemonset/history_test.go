@@ -18,8 +18,8 @@ import (
 	"github.com/everynode/everynode/resources"
 )
 
-// History tests (REFERENCE §4): names, hashes, data, revision numbers,
-// dedup, collisions and cleanup.
+// History tests (docs/controller-rules.md §4): names, hashes, data, revision
+// numbers, dedup, collisions and cleanup.
 
 // syncHistoryStore makes the revision cache equal the fake API's revisions.
 func syncHistoryStore(t *testing.T, tc *testController) []*appsv1.ControllerRevision {

@@ -13,7 +13,8 @@ import (
 	"k8s.io/client-go/util/flowcontrol"
 )
 
-// BurstReplicas caps the creates and the deletes of one sync (REFERENCE §2.6).
+// BurstReplicas caps the creates and the deletes of one sync
+// (docs/controller-rules.md §2.6).
 const BurstReplicas = 250
 
 // slowStartInitialBatchSize is the first create batch; batches then double.
@@ -39,10 +40,10 @@ func failedPodsBackoffKey(ds *appsv1.DaemonSet, nodeName string) string {
 	return fmt.Sprintf("%s/%d/%s", ds.UID, ds.Status.ObservedGeneration, nodeName)
 }
 
-// podsShouldBeOnNode decides creates and deletes for one node (REFERENCE §2.5).
-// pods are the DaemonSet's pods targeting the node; exists says whether the
-// node had an entry in the node-to-pods map. backoff is advanced for every
-// failed pod chosen for deletion.
+// podsShouldBeOnNode decides creates and deletes for one node
+// (docs/controller-rules.md §2.5). pods are the DaemonSet's pods targeting the
+// node; exists says whether the node had an entry in the node-to-pods map.
+// backoff is advanced for every failed pod chosen for deletion.
 func podsShouldBeOnNode(node *corev1.Node, pods []*corev1.Pod, exists bool, ds *appsv1.DaemonSet, hash string,
 	backoff *flowcontrol.Backoff, now time.Time) nodeDecision {
 	return podsShouldBeOnNodeWith(newEligibility(ds), node, pods, exists, hash, backoff, now)
@@ -151,10 +152,18 @@ func unscheduledPodsWithoutNode(nodes []*corev1.Node, nodeToPods map[string][]*c
 }
 
 // manage creates and deletes pods so each eligible node runs one daemon pod.
-func (c *Controller) manage(ctx context.Context, ds *appsv1.DaemonSet, nodes []*corev1.Node, hash string) error {
+// A node the rollout settings hold back gets a pod of the stable old
+// revision (docs/rollouts.md); old lists the DaemonSet's old revisions.
+func (c *Controller) manage(ctx context.Context, ds *appsv1.DaemonSet, nodes []*corev1.Node, hash string, old []*appsv1.ControllerRevision) error {
 	nodeToPods, err := c.getNodesToDaemonPods(ctx, ds, false)
 	if err != nil {
 		return fmt.Errorf("couldn't get node to daemon pod mapping for daemonset %s/%s: %w", ds.Namespace, ds.Name, err)
+	}
+	gate := c.rolloutGate(ds, nodes, nodeToPods, hash)
+	if gate.mayUpdate != nil {
+		if gate.stable, err = stableRevision(ds, nodeToPods, hash, old); err != nil {
+			c.logger.Warn("old revision unreadable; held-back nodes get the current one", "daemonset", dsKey(ds), "err", err)
+		}
 	}
 	now := c.clock.Now()
 	var create, del []string
@@ -167,11 +176,11 @@ func (c *Controller) manage(ctx context.Context, ds *appsv1.DaemonSet, nodes []*
 		}
 		del = append(del, d.deletes...)
 		for _, p := range d.failed {
-			c.recorder.Eventf(ctx, ds, corev1.EventTypeWarning, ReasonFailedDaemonPod,
+			c.recorder.Eventf(ds, corev1.EventTypeWarning, ReasonFailedDaemonPod,
 				"Found failed daemon pod %s/%s on node %s, will try to kill it", p.Namespace, p.Name, node.Name)
 		}
 		for _, p := range d.succeeded {
-			c.recorder.Eventf(ctx, ds, corev1.EventTypeNormal, ReasonSucceededDaemonPod,
+			c.recorder.Eventf(ds, corev1.EventTypeNormal, ReasonSucceededDaemonPod,
 				"Found succeeded daemon pod %s/%s on node %s, will try to delete it", p.Namespace, p.Name, node.Name)
 		}
 		if d.requeueAfter > 0 {
@@ -179,13 +188,15 @@ func (c *Controller) manage(ctx context.Context, ds *appsv1.DaemonSet, nodes []*
 		}
 	}
 	del = append(del, unscheduledPodsWithoutNode(nodes, nodeToPods)...)
-	return c.syncNodes(ctx, ds, del, create, hash)
+	return c.syncNodes(ctx, ds, del, create, hash, gate)
 }
 
-// syncNodes deletes podsToDelete and creates a pod on each of
-// nodesNeedingPods, at most burstReplicas of each, creates in slow-start
-// batches, with expectations set before any request (REFERENCE §2.6).
-func (c *Controller) syncNodes(ctx context.Context, ds *appsv1.DaemonSet, podsToDelete, nodesNeedingPods []string, hash string) error {
+// syncNodes deletes podsToDelete and creates a pod on each of nodesNeedingPods,
+// at most burstReplicas of each, creates in slow-start batches, with
+// expectations set before any request (docs/controller-rules.md §2.6).
+// Nodes gate holds back get a pod of gate's stable revision; a nil gate
+// holds back none.
+func (c *Controller) syncNodes(ctx context.Context, ds *appsv1.DaemonSet, podsToDelete, nodesNeedingPods []string, hash string, gate *rolloutGate) error {
 	key := dsKey(ds)
 	createDiff := min(len(nodesNeedingPods), c.burstReplicas)
 	deleteDiff := min(len(podsToDelete), c.burstReplicas)
@@ -209,6 +220,16 @@ func (c *Controller) syncNodes(ctx context.Context, ds *appsv1.DaemonSet, podsTo
 		generation = nil
 	}
 	template := CreatePodTemplate(ds.Spec.Template, generation, hash)
+	templateFor := func(string) *corev1.PodTemplateSpec { return &template }
+	if gate != nil && gate.stable != nil {
+		stable := CreatePodTemplate(gate.stable.template, nil, gate.stable.hash)
+		templateFor = func(node string) *corev1.PodTemplateSpec {
+			if gate.updates(node) {
+				return &template
+			}
+			return &stable
+		}
+	}
 	batch := min(createDiff, slowStartInitialBatchSize)
 	for pos := 0; pos < createDiff; pos, batch = pos+batch, min(2*batch, createDiff-(pos+batch)) {
 		before := errCount()
@@ -217,7 +238,7 @@ func (c *Controller) syncNodes(ctx context.Context, ds *appsv1.DaemonSet, podsTo
 			wg.Add(1)
 			go func(node string) {
 				defer wg.Done()
-				err := c.podControl.CreatePod(ctx, NewDaemonPod(&template, ds, node), ds)
+				err := c.podControl.CreatePod(ctx, NewDaemonPod(templateFor(node), ds, node), ds)
 				if err == nil {
 					return
 				}

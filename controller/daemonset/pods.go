@@ -12,7 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// Label and annotation keys (REFERENCE §0).
+// Label and annotation keys (docs/controller-rules.md §0).
 const (
 	// RevisionHashLabel carries the ControllerRevision hash on pods and revisions.
 	RevisionHashLabel = appsv1.ControllerRevisionHashLabelKey
@@ -39,7 +39,8 @@ func templateGeneration(ds *appsv1.DaemonSet) (*int64, error) {
 	return &g, nil
 }
 
-// isPodUpdated reports whether pod runs the current template (REFERENCE §3.1).
+// isPodUpdated reports whether pod runs the current template
+// (docs/controller-rules.md §3.1).
 func isPodUpdated(pod *corev1.Pod, hash string, generation *int64) bool {
 	if hash != "" && pod.Labels[RevisionHashLabel] == hash {
 		return true
@@ -63,7 +64,7 @@ func IsPodReady(pod *corev1.Pod) bool {
 }
 
 // IsPodAvailable reports whether the pod has been Ready for more than
-// minReadySeconds at now (REFERENCE §3.2).
+// minReadySeconds at now (docs/controller-rules.md §3.2).
 func IsPodAvailable(pod *corev1.Pod, minReadySeconds int32, now time.Time) bool {
 	if !IsPodReady(pod) {
 		return false
@@ -81,7 +82,8 @@ func isPodTerminal(pod *corev1.Pod) bool {
 }
 
 // targetNodeName is the node a daemon pod is for: spec.nodeName, else the
-// single metadata.name value of its required node affinity (REFERENCE §2.4).
+// single metadata.name value of its required node affinity
+// (docs/controller-rules.md §2.4).
 func targetNodeName(pod *corev1.Pod) (string, error) {
 	if pod.Spec.NodeName != "" {
 		return pod.Spec.NodeName, nil
@@ -115,10 +117,10 @@ func sortPodsOldestFirst(pods []*corev1.Pod) {
 	})
 }
 
-// CreatePodTemplate is the template of every pod the controller creates for
-// ds (REFERENCE §2.7): the DaemonSet's template plus the automatic tolerations,
-// the pod-template-generation label (when generation is known) and the
-// controller-revision-hash label.
+// CreatePodTemplate is the template of every pod the controller creates for ds
+// (docs/controller-rules.md §2.7): the DaemonSet's template plus the automatic
+// tolerations, the pod-template-generation label (when generation is known) and
+// the controller-revision-hash label.
 func CreatePodTemplate(template corev1.PodTemplateSpec, generation *int64, hash string) corev1.PodTemplateSpec {
 	t := *template.DeepCopy()
 	AddOrUpdateDaemonPodTolerations(&t.Spec)
@@ -136,7 +138,8 @@ func CreatePodTemplate(template corev1.PodTemplateSpec, generation *int64, hash 
 
 // ReplaceDaemonSetPodNodeNameNodeAffinity sets the required node affinity to
 // the single term matchFields metadata.name In [nodeName], keeping preferred
-// terms and other affinities (REFERENCE §2.7). It may modify and return affinity.
+// terms and other affinities (docs/controller-rules.md §2.7). It may modify and
+// return affinity.
 func ReplaceDaemonSetPodNodeNameNodeAffinity(affinity *corev1.Affinity, nodeName string) *corev1.Affinity {
 	term := corev1.NodeSelectorTerm{MatchFields: []corev1.NodeSelectorRequirement{{
 		Key: metav1.ObjectNameField, Operator: corev1.NodeSelectorOpIn, Values: []string{nodeName},

@@ -2,6 +2,7 @@ package daemonset
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/everynode/everynode/client"
 	"github.com/everynode/everynode/client/fake"
+	"github.com/everynode/everynode/internal/testkit"
 	"github.com/everynode/everynode/resources"
 )
 
@@ -26,9 +28,10 @@ func TestExpectationsOnRecreate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer c.queue.ShutDown() // Run, which would shut it down, is not called
 	// A pod control whose own expectations and store the controller does not see.
 	pc := &fakePodControl{podStore: cache.NewStore(cache.MetaNamespaceKeyFunc), expectations: newExpectations(c.clock), created: map[string]*corev1.Pod{}}
-	c.podControl, c.recorder, c.runRecorder = pc, &fakeRecorder{}, nil
+	c.podControl, c.recorder = pc, &fakeRecorder{}
 	tc := &testController{Controller: c, client: fc, podControl: pc, recorder: c.recorder.(*fakeRecorder)}
 
 	if _, err := fc.Create(ctx, newNode("master-0", nil), client.WriteOptions{}); err != nil {
@@ -55,13 +58,16 @@ func TestExpectationsOnRecreate(t *testing.T) {
 
 	waitForQueueLength := func(want int, msg string) {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for c.queue.Len() != want {
-			if c.queue.Len() > want || time.Now().After(deadline) {
-				t.Fatalf("%s: queue length %d, want %d", msg, c.queue.Len(), want)
+		testkit.Eventually(t, 10*time.Second, func() error {
+			n := c.queue.Len()
+			if n > want {
+				t.Fatalf("%s: queue length %d, want %d", msg, n, want)
 			}
-			time.Sleep(5 * time.Millisecond)
-		}
+			if n != want {
+				return fmt.Errorf("%s: queue length %d, want %d", msg, n, want)
+			}
+			return nil
+		})
 	}
 
 	oldDS := newDaemonSet("test")

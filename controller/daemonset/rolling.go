@@ -12,7 +12,8 @@ import (
 )
 
 // UnavailableCount is maxUnavailable scaled to desired nodes, percentages
-// rounded up; 0 unless the strategy is RollingUpdate (REFERENCE §3.3).
+// rounded up; 0 unless the strategy is RollingUpdate
+// (docs/controller-rules.md §3.3).
 func UnavailableCount(ds *appsv1.DaemonSet, desired int) (int, error) {
 	ru := ds.Spec.UpdateStrategy.RollingUpdate
 	if ds.Spec.UpdateStrategy.Type != appsv1.RollingUpdateDaemonSetStrategyType || ru == nil {
@@ -26,7 +27,8 @@ func UnavailableCount(ds *appsv1.DaemonSet, desired int) (int, error) {
 }
 
 // SurgeCount is maxSurge scaled to desired nodes, percentages rounded up; 0
-// unless the strategy is RollingUpdate with maxSurge set (REFERENCE §3.3).
+// unless the strategy is RollingUpdate with maxSurge set
+// (docs/controller-rules.md §3.3).
 func SurgeCount(ds *appsv1.DaemonSet, desired int) (int, error) {
 	ru := ds.Spec.UpdateStrategy.RollingUpdate
 	if ds.Spec.UpdateStrategy.Type != appsv1.RollingUpdateDaemonSetStrategyType || ru == nil || ru.MaxSurge == nil {
@@ -47,11 +49,13 @@ func AllowsSurge(ds *appsv1.DaemonSet) bool {
 
 // updatedDesiredNodeCounts returns maxSurge, maxUnavailable and the desired
 // node count, adding an empty entry to nodeToPods for every desired node
-// without pods (REFERENCE §3.3). With both budgets zero it allows one unavailable.
-func updatedDesiredNodeCounts(ds *appsv1.DaemonSet, nodes []*corev1.Node, nodeToPods map[string][]*corev1.Pod) (maxSurge, maxUnavailable, desired int, err error) {
+// without pods (docs/controller-rules.md §3.3). With both budgets zero it
+// allows one unavailable. Nodes aside reports (unreachable ones,
+// docs/rollouts.md §7; nil: none) are not desired here, as in the status.
+func updatedDesiredNodeCounts(ds *appsv1.DaemonSet, nodes []*corev1.Node, nodeToPods map[string][]*corev1.Pod, aside func(string) bool) (maxSurge, maxUnavailable, desired int, err error) {
 	elig := newEligibility(ds)
 	for _, node := range nodes {
-		if run, _ := elig.nodeShouldRun(node); !run {
+		if run, _ := elig.nodeShouldRun(node); !run || aside != nil && aside(node.Name) {
 			continue
 		}
 		desired++
@@ -71,8 +75,9 @@ func updatedDesiredNodeCounts(ds *appsv1.DaemonSet, nodes []*corev1.Node, nodeTo
 	return maxSurge, maxUnavailable, desired, nil
 }
 
-// findUpdatedPodsOnNode splits a node's live pods into at most one new and
-// one old; ok is false when there are more of either (REFERENCE §3.4).
+// findUpdatedPodsOnNode splits a node's live pods into at most one new and one
+// old; ok is false when there are more of either
+// (docs/controller-rules.md §3.4).
 func findUpdatedPodsOnNode(ds *appsv1.DaemonSet, pods []*corev1.Pod, hash string) (newPod, oldPod *corev1.Pod, ok bool) {
 	generation, err := templateGeneration(ds)
 	if err != nil {
@@ -107,11 +112,16 @@ func sortedKeys(m map[string][]*corev1.Pod) []string {
 }
 
 // rollingUpdatePlan computes the pods to delete and the nodes to create on for
-// one RollingUpdate step (REFERENCE §3.5 for maxSurge 0, §3.6 otherwise).
-// nodeToPods is modified (desired nodes without pods are added). Nodes are
-// visited in name order (Kubernetes iterates a Go map, i.e. randomly).
-func rollingUpdatePlan(ds *appsv1.DaemonSet, nodes []*corev1.Node, nodeToPods map[string][]*corev1.Pod, hash string, now time.Time) (deletes, creates []string, err error) {
-	maxSurge, maxUnavailable, desired, err := updatedDesiredNodeCounts(ds, nodes, nodeToPods)
+// one RollingUpdate step (docs/controller-rules.md §3.5 for maxSurge 0, §3.6
+// otherwise). nodeToPods is modified (desired nodes without pods are added).
+// Nodes are visited in name order (Kubernetes iterates a Go map, i.e.
+// randomly). mayUpdate, when not nil, names the nodes whose old pods may be
+// replaced (the rollout settings, docs/rollouts.md); the others keep their
+// pods and still count against maxUnavailable when unavailable. aside, when
+// not nil, names the nodes set aside as unreachable (docs/rollouts.md §7):
+// their pods are left alone and count against no budget.
+func rollingUpdatePlan(ds *appsv1.DaemonSet, nodes []*corev1.Node, nodeToPods map[string][]*corev1.Pod, hash string, now time.Time, mayUpdate, aside func(node string) bool) (deletes, creates []string, err error) {
+	maxSurge, maxUnavailable, desired, err := updatedDesiredNodeCounts(ds, nodes, nodeToPods, aside)
 	if err != nil {
 		return nil, nil, fmt.Errorf("couldn't get unavailable numbers: %w", err)
 	}
@@ -122,6 +132,9 @@ func rollingUpdatePlan(ds *appsv1.DaemonSet, nodes []*corev1.Node, nodeToPods ma
 		numUnavailable := 0
 		var allowedReplacement, candidates []string
 		for _, name := range sortedKeys(nodeToPods) {
+			if aside != nil && aside(name) {
+				continue
+			}
 			newPod, oldPod, ok := findUpdatedPodsOnNode(ds, nodeToPods[name], hash)
 			if !ok {
 				numUnavailable++
@@ -136,6 +149,10 @@ func rollingUpdatePlan(ds *appsv1.DaemonSet, nodes []*corev1.Node, nodeToPods ma
 				}
 			default:
 				switch {
+				case mayUpdate != nil && !mayUpdate(name):
+					if !available(oldPod) {
+						numUnavailable++
+					}
 				case !available(oldPod):
 					allowedReplacement = append(allowedReplacement, oldPod.Name)
 					numUnavailable++
@@ -165,6 +182,9 @@ func rollingUpdatePlan(ds *appsv1.DaemonSet, nodes []*corev1.Node, nodeToPods ma
 	var oldPodsToDelete, shouldNotRunPodsToDelete, candidateNewNodes, allowedNewNodes []string
 	numSurge, numAvailable := 0, 0
 	for _, name := range sortedKeys(nodeToPods) {
+		if aside != nil && aside(name) {
+			continue
+		}
 		newPod, oldPod, ok := findUpdatedPodsOnNode(ds, nodeToPods[name], hash)
 		if !ok {
 			numSurge++
@@ -180,6 +200,8 @@ func rollingUpdatePlan(ds *appsv1.DaemonSet, nodes []*corev1.Node, nodeToPods ma
 		switch {
 		case oldPod == nil:
 			// manage handles it
+		case newPod == nil && mayUpdate != nil && !mayUpdate(name) && shouldRun(name):
+			// held back by the rollout settings
 		case newPod == nil:
 			if !available(oldPod) {
 				if !shouldRun(name) {
@@ -219,9 +241,13 @@ func (c *Controller) rollingUpdate(ctx context.Context, ds *appsv1.DaemonSet, no
 	if err != nil {
 		return fmt.Errorf("couldn't get node to daemon pod mapping for daemonset %s/%s: %w", ds.Namespace, ds.Name, err)
 	}
-	deletes, creates, err := rollingUpdatePlan(ds, nodes, nodeToPods, hash, c.clock.Now())
+	gate := c.rolloutGate(ds, nodes, nodeToPods, hash)
+	if err := c.requestPrePulls(ctx, ds, nodes, gate.prepull); err != nil {
+		return err
+	}
+	deletes, creates, err := rollingUpdatePlan(ds, nodes, nodeToPods, hash, c.clock.Now(), gate.mayUpdateFunc(), gate.setAsideFunc())
 	if err != nil {
 		return err
 	}
-	return c.syncNodes(ctx, ds, deletes, creates, hash)
+	return c.syncNodes(ctx, ds, deletes, creates, hash, gate)
 }

@@ -13,8 +13,9 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 )
 
-// Table tests of the pure rules: eligibility (§1), the created pod (§2.7),
-// podsShouldBeOnNode (§2.5), budgets (§3.3–3.4), status (§5).
+// Table tests of the pure rules of docs/controller-rules.md: eligibility (§1),
+// the created pod (§2.7), podsShouldBeOnNode (§2.5), budgets (§3.3–3.4),
+// status (§5).
 
 func dsWithSpec(spec corev1.PodSpec) *appsv1.DaemonSet {
 	return &appsv1.DaemonSet{Spec: appsv1.DaemonSetSpec{
@@ -58,7 +59,7 @@ func TestNodeShouldRunDaemonPod(t *testing.T) {
 		{name: "nodeSelector AND affinity both required", spec: corev1.PodSpec{NodeSelector: simpleDaemonSetLabel2, Affinity: requiredAffinity(corev1.NodeSelectorTerm{
 			MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "type", Operator: corev1.NodeSelectorOpExists}}})}},
 		{name: "ShouldRunDaemonPodOnUnschedulableNode", spec: resourcePodSpec("", "50M", "0.5"), unschedulable: true,
-			taints: taint(TaintNodeUnschedulable, corev1.TaintEffectNoSchedule), shouldRun: true, shouldContinueRunning: true},
+			taints: taint(corev1.TaintNodeUnschedulable, corev1.TaintEffectNoSchedule), shouldRun: true, shouldContinueRunning: true},
 		{name: "not ready node (no taint)", notReady: true, shouldRun: true, shouldContinueRunning: true},
 		{name: "untolerated NoSchedule keeps running pods", taints: noScheduleTaints, shouldContinueRunning: true},
 		{name: "untolerated NoExecute evicts", taints: noExecuteTaints},
@@ -66,16 +67,16 @@ func TestNodeShouldRunDaemonPod(t *testing.T) {
 		{name: "tolerated NoSchedule", spec: corev1.PodSpec{Tolerations: noScheduleTolerations}, taints: noScheduleTaints, shouldRun: true, shouldContinueRunning: true},
 		{name: "tolerated NoExecute", spec: corev1.PodSpec{Tolerations: []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpExists}}},
 			taints: noExecuteTaints, shouldRun: true, shouldContinueRunning: true},
-		{name: "not-ready NoExecute tolerated automatically", taints: taint(TaintNodeNotReady, corev1.TaintEffectNoExecute), shouldRun: true, shouldContinueRunning: true},
-		{name: "unreachable NoExecute tolerated automatically", taints: taint(TaintNodeUnreachable, corev1.TaintEffectNoExecute), shouldRun: true, shouldContinueRunning: true},
-		{name: "not-ready NoSchedule is not tolerated", taints: taint(TaintNodeNotReady, corev1.TaintEffectNoSchedule), shouldContinueRunning: true},
+		{name: "not-ready NoExecute tolerated automatically", taints: taint(corev1.TaintNodeNotReady, corev1.TaintEffectNoExecute), shouldRun: true, shouldContinueRunning: true},
+		{name: "unreachable NoExecute tolerated automatically", taints: taint(corev1.TaintNodeUnreachable, corev1.TaintEffectNoExecute), shouldRun: true, shouldContinueRunning: true},
+		{name: "not-ready NoSchedule is not tolerated", taints: taint(corev1.TaintNodeNotReady, corev1.TaintEffectNoSchedule), shouldContinueRunning: true},
 		{name: "pressure taints tolerated", taints: []corev1.Taint{
-			{Key: TaintNodeDiskPressure, Effect: corev1.TaintEffectNoSchedule},
-			{Key: TaintNodeMemoryPressure, Effect: corev1.TaintEffectNoSchedule},
-			{Key: TaintNodePIDPressure, Effect: corev1.TaintEffectNoSchedule}}, shouldRun: true, shouldContinueRunning: true},
-		{name: "network-unavailable without hostNetwork", taints: taint(TaintNodeNetworkUnavailable, corev1.TaintEffectNoSchedule), shouldContinueRunning: true},
+			{Key: corev1.TaintNodeDiskPressure, Effect: corev1.TaintEffectNoSchedule},
+			{Key: corev1.TaintNodeMemoryPressure, Effect: corev1.TaintEffectNoSchedule},
+			{Key: corev1.TaintNodePIDPressure, Effect: corev1.TaintEffectNoSchedule}}, shouldRun: true, shouldContinueRunning: true},
+		{name: "network-unavailable without hostNetwork", taints: taint(corev1.TaintNodeNetworkUnavailable, corev1.TaintEffectNoSchedule), shouldContinueRunning: true},
 		{name: "network-unavailable with hostNetwork", spec: corev1.PodSpec{HostNetwork: true},
-			taints: taint(TaintNodeNetworkUnavailable, corev1.TaintEffectNoSchedule), shouldRun: true, shouldContinueRunning: true},
+			taints: taint(corev1.TaintNodeNetworkUnavailable, corev1.TaintEffectNoSchedule), shouldRun: true, shouldContinueRunning: true},
 		{name: "template nodeName matches", spec: corev1.PodSpec{NodeName: "test-node"}, shouldRun: true, shouldContinueRunning: true},
 	}
 	for _, c := range cases {
@@ -110,9 +111,9 @@ func TestAddOrUpdateDaemonPodTolerations(t *testing.T) {
 		{"defaults", corev1.PodSpec{}, 6, false},
 		{"hostNetwork adds network-unavailable", corev1.PodSpec{HostNetwork: true}, 7, true},
 		{"identical toleration not duplicated", corev1.PodSpec{Tolerations: []corev1.Toleration{
-			{Key: TaintNodeNotReady, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute}}}, 6, false},
+			{Key: corev1.TaintNodeNotReady, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute}}}, 6, false},
 		{"same key/op/effect with seconds is replaced", corev1.PodSpec{Tolerations: []corev1.Toleration{
-			{Key: TaintNodeUnreachable, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: &sixty}}}, 6, false},
+			{Key: corev1.TaintNodeUnreachable, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: &sixty}}}, 6, false},
 		{"user toleration kept", corev1.PodSpec{Tolerations: noScheduleTolerations}, 7, false},
 	}
 	for _, c := range cases {
@@ -124,10 +125,10 @@ func TestAddOrUpdateDaemonPodTolerations(t *testing.T) {
 			}
 			network := false
 			for _, tol := range spec.Tolerations {
-				if tol.Key == TaintNodeNetworkUnavailable {
+				if tol.Key == corev1.TaintNodeNetworkUnavailable {
 					network = true
 				}
-				if tol.Key == TaintNodeUnreachable && tol.TolerationSeconds != nil {
+				if tol.Key == corev1.TaintNodeUnreachable && tol.TolerationSeconds != nil {
 					t.Errorf("unreachable toleration kept tolerationSeconds")
 				}
 			}
@@ -455,7 +456,7 @@ func TestComputeStatus(t *testing.T) {
 		// e: misscheduled pod
 		"e": {podWith("e1", "e", "h", 1, corev1.PodRunning, true, 10)},
 	}
-	got := computeStatus(ds, nodes, nodeToPods, "h", now)
+	got := computeStatus(ds, nodes, nodeToPods, "h", now, nil)
 	want := statusCounts{desired: 4, current: 3, misscheduled: 1, ready: 2, updated: 2, available: 1, unavailable: 3}
 	if got != want {
 		t.Errorf("got %+v, want %+v", got, want)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -15,10 +14,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	testingclock "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
 
 	"github.com/everynode/everynode/client"
 	"github.com/everynode/everynode/client/fake"
+	"github.com/everynode/everynode/internal/testkit"
 	"github.com/everynode/everynode/resources"
 )
 
@@ -79,6 +79,13 @@ func TestStatusWriteSkippedWhenUnchanged(t *testing.T) {
 	ds := newDaemonSet("foo")
 	ds.Generation = 1
 	tc := newTestController(t, ds)
+	// The DaemonSet as the API stores it (defaulted), as the informer sees it:
+	// pod hashes must be computed from that template.
+	stored, err := tc.client.Get(context.Background(), resources.DaemonSets, "default", "foo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds = stored.(*appsv1.DaemonSet)
 	addNodes(tc.nodeStore, 0, 2, nil)
 	addPods(tc.podStore, "node-0", simpleDaemonSetLabel, ds, 1)
 	addPods(tc.podStore, "node-1", simpleDaemonSetLabel, ds, 1)
@@ -157,33 +164,32 @@ func TestClientPodControlEvents(t *testing.T) {
 	}
 }
 
-func TestClientRecorderWritesEvents(t *testing.T) {
+// TestControllerEventsReachTheAPI: the controller's recorder writes events
+// about a DaemonSet in its namespace, from the daemonset-controller source.
+func TestControllerEventsReachTheAPI(t *testing.T) {
 	fc := fake.New()
-	clk := testingclock.NewFakeClock(testStart)
-	r := newClientRecorder(fc, clk, nil)
-	ds := newDaemonSet("foo")
-	r.Eventf(context.Background(), ds, corev1.EventTypeWarning, ReasonFailedDaemonPod, "pod %s failed", "p1")
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { r.run(ctx); close(done) }()
-	deadline := time.Now().Add(5 * time.Second)
-	var evs []client.Object
-	for time.Now().Before(deadline) {
-		evs, _, _ = fc.List(context.Background(), resources.Events, "default", client.ListOptions{})
-		if len(evs) > 0 {
-			break
-		}
-		time.Sleep(5 * time.Millisecond)
+	c, err := New(Config{Client: fc})
+	if err != nil {
+		t.Fatal(err)
 	}
-	cancel()
-	<-done
+	defer c.queue.ShutDown() // never Run: its queue is ours to stop
+	c.events.Start()
+	defer c.events.Shutdown()
+	ds := newDaemonSet("foo")
+	c.recorder.Eventf(ds, corev1.EventTypeWarning, ReasonFailedDaemonPod, "pod %s failed", "p1")
+	var evs []client.Object
+	testkit.EventuallyTrue(t, 10*time.Second, "event written", func() bool {
+		evs, _, _ = fc.List(context.Background(), resources.Events, "default", client.ListOptions{})
+		return len(evs) > 0
+	})
 	if len(evs) != 1 {
 		t.Fatalf("%d events written", len(evs))
 	}
 	ev := evs[0].(*corev1.Event)
 	if ev.Reason != ReasonFailedDaemonPod || ev.Message != "pod p1 failed" || ev.Type != "Warning" ||
-		ev.InvolvedObject.Kind != "DaemonSet" || ev.InvolvedObject.Name != "foo" || ev.InvolvedObject.UID != ds.UID ||
-		ev.Source.Component != Component || ev.Count != 1 || !ev.FirstTimestamp.Time.Equal(testStart) {
+		ev.InvolvedObject.Kind != "DaemonSet" || ev.InvolvedObject.APIVersion != "apps/v1" ||
+		ev.InvolvedObject.Name != "foo" || ev.InvolvedObject.UID != ds.UID ||
+		ev.Source.Component != Component || ev.Count != 1 {
 		t.Errorf("event %+v", ev)
 	}
 }
@@ -192,7 +198,7 @@ func TestClientRecorderWritesEvents(t *testing.T) {
 // fake.Client watches, workers, real pod control and event recorder — and
 // checks it converges, reacts to changes, and stops every goroutine.
 func TestRunAgainstFakeClient(t *testing.T) {
-	before := runtime.NumGoroutine()
+	checkLeaks := testkit.LeakCheck(t)
 	ctx := context.Background()
 	fc := fake.New()
 	for i := 0; i < 3; i++ {
@@ -225,25 +231,28 @@ func TestRunAgainstFakeClient(t *testing.T) {
 	}
 	defer stop()
 
+	// podsByNode counts the live pods per node and, standing in for the node
+	// agents, finishes the graceful deletion of bound pods.
 	podsByNode := func() map[string]int {
 		pods, _, _ := fc.List(ctx, resources.Pods, "default", client.ListOptions{})
 		out := map[string]int{}
 		for _, p := range pods {
 			if p.GetDeletionTimestamp() == nil {
 				out[p.(*corev1.Pod).Spec.NodeName]++
+				continue
 			}
+			_, _ = fc.Delete(ctx, resources.Pods, "default", p.GetName(), metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
 		}
 		return out
 	}
 	waitFor := func(what string, cond func() bool) {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for !cond() {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s (pods %v)", what, podsByNode())
+		testkit.Eventually(t, 10*time.Second, func() error {
+			if !cond() {
+				return fmt.Errorf("waiting for %s (pods %v)", what, podsByNode())
 			}
-			time.Sleep(10 * time.Millisecond)
-		}
+			return nil
+		})
 	}
 	onePerNode := func(n int) func() bool {
 		return func() bool {
@@ -275,7 +284,9 @@ func TestRunAgainstFakeClient(t *testing.T) {
 	waitFor("pod on the new node", onePerNode(4))
 	pods, _, _ := fc.List(ctx, resources.Pods, "default", client.ListOptions{FieldSelector: "spec.nodeName=node-0"})
 	victim := pods[0]
-	if _, err := fc.Delete(ctx, resources.Pods, "default", victim.GetName(), metav1.DeleteOptions{}); err != nil {
+	// Grace period 0: the node agent's final delete (a bound pod otherwise
+	// only gets a deletionTimestamp).
+	if _, err := fc.Delete(ctx, resources.Pods, "default", victim.GetName(), metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor("replacement", func() bool {
@@ -311,14 +322,7 @@ func TestRunAgainstFakeClient(t *testing.T) {
 	if n := fc.Watchers(); n != 0 {
 		t.Errorf("%d watches left open", n)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if after := runtime.NumGoroutine(); after > before {
-		buf := make([]byte, 1<<16)
-		t.Errorf("goroutines: %d before Run, %d after it returned\n%s", before, after, buf[:runtime.Stack(buf, true)])
-	}
+	checkLeaks()
 }
 
 func TestRunStopsBeforeCacheSync(t *testing.T) {

@@ -10,10 +10,11 @@ import (
 
 	"github.com/everynode/everynode/client"
 	"github.com/everynode/everynode/resources"
+	"github.com/everynode/everynode/rollout"
 )
 
 // StatusUpdateRetries is how many times a failed status write is retried
-// after re-reading the DaemonSet (REFERENCE §5).
+// after re-reading the DaemonSet (docs/controller-rules.md §5).
 const StatusUpdateRetries = 1
 
 // statusCounts are the seven counters of a DaemonSet's status.
@@ -22,8 +23,10 @@ type statusCounts struct {
 }
 
 // computeStatus derives the counters from the nodes and the DaemonSet's pods
-// grouped by node, looking at the oldest pod of each node (REFERENCE §5).
-func computeStatus(ds *appsv1.DaemonSet, nodes []*corev1.Node, nodeToPods map[string][]*corev1.Pod, hash string, now time.Time) statusCounts {
+// grouped by node, looking at the oldest pod of each node
+// (docs/controller-rules.md §5). Nodes aside reports (set aside as
+// unreachable, docs/rollouts.md §7; nil: none) are not counted.
+func computeStatus(ds *appsv1.DaemonSet, nodes []*corev1.Node, nodeToPods map[string][]*corev1.Pod, hash string, now time.Time, aside func(string) bool) statusCounts {
 	var s statusCounts
 	generation, err := templateGeneration(ds)
 	if err != nil {
@@ -37,6 +40,9 @@ func computeStatus(ds *appsv1.DaemonSet, nodes []*corev1.Node, nodeToPods map[st
 			if len(pods) > 0 {
 				s.misscheduled++
 			}
+			continue
+		}
+		if aside != nil && aside(node.Name) {
 			continue
 		}
 		s.desired++
@@ -81,8 +87,19 @@ type statusWriter interface {
 // DaemonSet and retries once. Conditions and collisionCount are kept from the
 // object being written.
 func storeDaemonSetStatus(ctx context.Context, w statusWriter, ds *appsv1.DaemonSet, s statusCounts, updateObservedGen bool) error {
-	if statusUnchanged(ds, s) {
-		return nil
+	_, err := storeStatus(ctx, w, ds, s, nil, time.Time{}, updateObservedGen)
+	return err
+}
+
+// storeStatus is storeDaemonSetStatus that also sets cond (when not nil,
+// with now as its transition time if it changes). transitioned
+// reports whether the write gave cond a new reason, judged on the object
+// written (after a conflict, the re-read one), so a stale cache never
+// doubles the event; after a conflict cond is dropped when the stored
+// condition it was decided on has changed meanwhile.
+func storeStatus(ctx context.Context, w statusWriter, ds *appsv1.DaemonSet, s statusCounts, cond *appsv1.DaemonSetCondition, now time.Time, updateObservedGen bool) (transitioned bool, err error) {
+	if statusUnchanged(ds, s) && conditionUnchanged(ds.Status, cond) {
+		return false, nil
 	}
 	toUpdate := ds.DeepCopy()
 	var updateErr error
@@ -97,31 +114,83 @@ func storeDaemonSetStatus(ctx context.Context, w statusWriter, ds *appsv1.Daemon
 		toUpdate.Status.UpdatedNumberScheduled = s.updated
 		toUpdate.Status.NumberAvailable = s.available
 		toUpdate.Status.NumberUnavailable = s.unavailable
+		transitioned = false
+		if cond != nil && i > 0 && !sameStoredCondition(ds.Status, toUpdate.Status, cond.Type) {
+			// cond was decided on a condition someone has changed since
+			// (say, a rollback's RolledBack): write the counters only and
+			// let the next sync decide on the new one.
+			cond = nil
+		}
+		if cond != nil {
+			prev := getCondition(toUpdate.Status, cond.Type)
+			transitioned = prev == nil || prev.Reason != cond.Reason
+		}
+		setCondition(&toUpdate.Status, cond, now)
 		if _, updateErr = w.UpdateStatus(ctx, toUpdate, client.WriteOptions{}); updateErr == nil {
-			return nil
+			return transitioned, nil
 		}
 		if i >= StatusUpdateRetries {
 			break
 		}
 		o, err := w.Get(ctx, resources.DaemonSets, ds.Namespace, ds.Name)
 		if err != nil {
-			return fmt.Errorf("get daemonset %s/%s for status retry: %w", ds.Namespace, ds.Name, err)
+			return false, fmt.Errorf("get daemonset %s/%s for status retry: %w", ds.Namespace, ds.Name, err)
 		}
 		toUpdate = o.(*appsv1.DaemonSet)
 	}
-	return fmt.Errorf("update status of daemonset %s/%s: %w", ds.Namespace, ds.Name, updateErr)
+	return false, fmt.Errorf("update status of daemonset %s/%s: %w", ds.Namespace, ds.Name, updateErr)
 }
 
-// updateDaemonSetStatus recomputes and stores ds's status, and schedules a
-// re-sync when pods are ready but not yet available.
+// sameStoredCondition reports whether a and b carry the same condition of
+// type t (both none counts as the same).
+func sameStoredCondition(a, b appsv1.DaemonSetStatus, t appsv1.DaemonSetConditionType) bool {
+	ca, cb := getCondition(a, t), getCondition(b, t)
+	if ca == nil || cb == nil {
+		return ca == nil && cb == nil
+	}
+	return sameCondition(ca, cb)
+}
+
+// updateDaemonSetStatus recomputes and stores ds's status with the
+// Progressing condition of its rollout settings (rollout.go), records an
+// event when that condition's reason changes, marks the current revision
+// fully available for automatic rollback (rollback.go), and schedules a
+// re-sync when pods are ready but not yet available and when the progress
+// deadline passes.
 func (c *Controller) updateDaemonSetStatus(ctx context.Context, ds *appsv1.DaemonSet, nodes []*corev1.Node, hash string, updateObservedGen bool) error {
 	nodeToPods, err := c.getNodesToDaemonPods(ctx, ds, false)
 	if err != nil {
 		return fmt.Errorf("couldn't get node to daemon pod mapping for daemonset %s/%s: %w", ds.Namespace, ds.Name, err)
 	}
-	s := computeStatus(ds, nodes, nodeToPods, hash, c.clock.Now())
-	if err := storeDaemonSetStatus(ctx, c.client, ds, s, updateObservedGen); err != nil {
+	now := c.clock.Now()
+	gate := c.rolloutGate(ds, nodes, nodeToPods, hash)
+	s := computeStatus(ds, nodes, nodeToPods, hash, now, gate.setAsideFunc())
+	done, target := canaryProgress(ds, gate, nodeToPods, hash, now)
+	cond, requeue := rolloutCondition(ds, gate, s, done, target, progress{
+		now:           now,
+		revision:      c.revisionName(ds, hash),
+		lastAvailable: lastUpdatedAvailable(ds, nodeToPods, hash, now),
+	})
+	transitioned, err := storeStatus(ctx, c.client, ds, s, cond, now, updateObservedGen)
+	if err != nil {
 		return err
+	}
+	if transitioned {
+		c.rolloutRecorder.Eventf(ds, conditionEvent(cond.Reason), cond.Reason, "%s", cond.Message)
+		if cond.Reason == rollout.ReasonProgressDeadlineExceeded && gate.opts.AutoRollback {
+			c.enqueue(ds) // the next sync rolls back
+		}
+	}
+	if requeue > 0 {
+		c.enqueueAfter(ds, requeue)
+	}
+	if gate.unreach.recheck > 0 {
+		c.enqueueAfter(ds, gate.unreach.recheck) // a down node's grace passes
+	}
+	if gate.active && gate.opts.AutoRollback && !gate.bad && s.desired > 0 && s.updated == s.desired && s.available == s.desired {
+		if err := c.markFullyAvailable(ctx, ds, hash, now); err != nil {
+			return err
+		}
 	}
 	if ds.Spec.MinReadySeconds > 0 && s.ready != s.available {
 		c.enqueueAfter(ds, time.Duration(ds.Spec.MinReadySeconds)*time.Second)

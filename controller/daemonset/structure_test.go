@@ -12,7 +12,7 @@ import (
 )
 
 // TestBurstReplicas: one sync creates (and deletes) at most 250 pods; the
-// rest follow in the next sync (REFERENCE §2.6).
+// rest follow in the next sync (docs/controller-rules.md §2.6).
 func TestBurstReplicas(t *testing.T) {
 	ds := newDaemonSet("foo")
 	tc := newTestController(t, ds)

@@ -13,7 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
-// Ports of Kubernetes' surge tests of manage (REFERENCE §9.1, §2.5).
+// Ports of Kubernetes' surge tests of manage (docs/controller-rules.md §9.1,
+// §2.5).
 
 func TestSurgeDealsWithExistingPods(t *testing.T) {
 	ds := newDaemonSet("foo")

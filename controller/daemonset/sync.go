@@ -7,30 +7,32 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 )
 
-// sync reconciles one DaemonSet, level-triggered (REFERENCE §2.2). It
-// returns an error exactly when the key should be retried with back-off.
+// sync reconciles one DaemonSet, level-triggered
+// (docs/controller-rules.md §2.2). It returns an error exactly when the key
+// should be retried with back-off.
 func (c *Controller) sync(ctx context.Context, key string) error {
-	if _, _, err := cache.SplitMetaNamespaceKey(key); err != nil {
+	namespace, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
 		c.logger.Error("invalid daemonset key", "key", key, "err", err)
 		return nil
 	}
-	obj, exists, err := c.dsStore.GetByKey(key)
-	if err != nil {
-		return fmt.Errorf("get daemonset %s from cache: %w", key, err)
-	}
-	if !exists {
+	ds, err := c.dsLister.DaemonSets(namespace).Get(name) // cache object: read-only
+	if apierrors.IsNotFound(err) {
 		c.expectations.Delete(key)
 		return nil
 	}
-	ds := obj.(*appsv1.DaemonSet) // cache object: read-only
+	if err != nil {
+		return fmt.Errorf("get daemonset %s from cache: %w", key, err)
+	}
 	nodes := c.listNodes()
 
 	if ds.Spec.Selector != nil && equality.Semantic.DeepEqual(*ds.Spec.Selector, metav1.LabelSelector{}) {
-		c.recorder.Eventf(ctx, ds, corev1.EventTypeWarning, ReasonSelectingAll,
+		c.recorder.Eventf(ds, corev1.EventTypeWarning, ReasonSelectingAll,
 			"This daemon set is selecting all pods. A non-empty selector is required.")
 		return nil
 	}
@@ -47,6 +49,9 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	if !c.expectations.Satisfied(key) {
 		return c.updateDaemonSetStatus(ctx, ds, nodes, hash, false)
 	}
+	if rolledBack, err := c.autoRollback(ctx, ds, nodes, cur, old); rolledBack || err != nil {
+		return err // the rewritten template syncs next
+	}
 	err = c.manageAndUpdate(ctx, ds, nodes, hash, key, old)
 	statusErr := c.updateDaemonSetStatus(ctx, ds, nodes, hash, true)
 	switch {
@@ -61,9 +66,10 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 }
 
 // manageAndUpdate is Kubernetes' updateDaemonSet: manage, then (with
-// expectations satisfied) the update strategy, then history cleanup.
+// expectations satisfied) the update strategy, then history cleanup. Both
+// steps obey the rollout settings (rollout.go, docs/rollouts.md).
 func (c *Controller) manageAndUpdate(ctx context.Context, ds *appsv1.DaemonSet, nodes []*corev1.Node, hash, key string, old []*appsv1.ControllerRevision) error {
-	if err := c.manage(ctx, ds, nodes, hash); err != nil {
+	if err := c.manage(ctx, ds, nodes, hash, old); err != nil {
 		return err
 	}
 	if c.expectations.Satisfied(key) && ds.Spec.UpdateStrategy.Type == appsv1.RollingUpdateDaemonSetStrategyType {

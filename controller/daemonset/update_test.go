@@ -10,11 +10,12 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
-// Ports of Kubernetes' update_test.go (REFERENCE §9.2): multi-step rollouts,
-// one sync per step, counting creates and deletes.
+// Ports of Kubernetes' update_test.go (docs/controller-rules.md §9.2):
+// multi-step rollouts, one sync per step, counting creates and deletes.
 
 type step struct{ creates, deletes int }
 
@@ -333,8 +334,8 @@ func TestDaemonSetUpdatesNoTemplateChanged(t *testing.T) {
 }
 
 func TestOnDeleteUpdatesNothingButReplacesDeleted(t *testing.T) {
-	// REFERENCE §3.7: OnDelete never deletes a pod for being old; a pod
-	// deleted by a user is replaced with the current template.
+	// docs/controller-rules.md §3.7: OnDelete never deletes a pod for being
+	// old; a pod deleted by a user is replaced with the current template.
 	ds := newDaemonSet("foo")
 	tc := newTestController(t, ds)
 	addNodes(tc.nodeStore, 0, 3, nil)
@@ -406,7 +407,7 @@ func TestGetUnavailableNumbers(t *testing.T) {
 			for i := 0; i < c.nodes; i++ {
 				nodes = append(nodes, newNode(fmt.Sprintf("node-%d", i), nil))
 			}
-			maxSurge, maxUnavailable, desired, err := updatedDesiredNodeCounts(ds, nodes, c.nodeToPods)
+			maxSurge, maxUnavailable, desired, err := updatedDesiredNodeCounts(ds, nodes, c.nodeToPods, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -444,7 +445,8 @@ func TestControlledHistories(t *testing.T) {
 	ds1 := newDaemonSet("ds1")
 	newCR := func(name, ns string, owners []metav1.OwnerReference) *appsv1.ControllerRevision {
 		return &appsv1.ControllerRevision{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns,
-			Labels: ds1.Spec.Template.Labels, OwnerReferences: owners, UID: newUID()}}
+			Labels: ds1.Spec.Template.Labels, OwnerReferences: owners, UID: newUID()},
+			Data: runtime.RawExtension{Raw: []byte(`{}`)}, Revision: 1}
 	}
 	owned := newCR("ds1-x1", "default", []metav1.OwnerReference{*metav1.NewControllerRef(ds1, controllerKind)})
 	orphanSameNS := newCR("ds1-x2", "default", nil)

@@ -83,7 +83,7 @@ var dependentResources = []*resources.Resource{resources.Pods, resources.Control
 var ownerResources = []*resources.Resource{resources.DaemonSets, resources.Nodes}
 
 // New builds a Collector; nothing runs until Run.
-func New(cfg Config) (*Collector, error) {
+func New(cfg Config) (_ *Collector, err error) {
 	if cfg.Client == nil {
 		return nil, errors.New("garbage collector: Config.Client is required")
 	}
@@ -98,8 +98,14 @@ func New(cfg Config) (*Collector, error) {
 	if c.resync <= 0 {
 		c.resync = DefaultResyncInterval
 	}
-	c.queue = workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[item](),
-		workqueue.TypedRateLimitingQueueConfig[item]{Clock: c.clock})
+	c.queue = workers.NewQueue[item](c.clock)
+	// The queue's goroutine starts now and stops with ShutDown, which Run
+	// calls; if New fails there is no Run, so New stops it.
+	defer func() {
+		if err != nil {
+			c.queue.ShutDown()
+		}
+	}()
 	c.informers = informer.NewSet(cfg.Informers, cfg.Client)
 	for _, r := range append(append([]*resources.Resource(nil), dependentResources...), ownerResources...) {
 		idx := cache.Indexers{ownerUIDIndex: indexOwnerUIDs}

@@ -3,9 +3,10 @@ package garbagecollector
 import (
 	"context"
 	"fmt"
-	"runtime"
 	"testing"
 	"time"
+
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/everynode/everynode/client"
 	"github.com/everynode/everynode/client/fake"
+	"github.com/everynode/everynode/internal/testkit"
 	"github.com/everynode/everynode/resources"
 )
 
@@ -109,6 +111,13 @@ func (h *harness) exists(r *resources.Resource, ns, name string) bool {
 	return !apierrors.IsNotFound(err)
 }
 
+// live reports whether an object exists and is not being deleted: a deleted
+// pod bound to a node stays, marked, until its node agent removes it.
+func (h *harness) live(r *resources.Resource, ns, name string) bool {
+	o, err := h.fc.Get(context.Background(), r, ns, name)
+	return !apierrors.IsNotFound(err) && (o == nil || o.GetDeletionTimestamp() == nil)
+}
+
 func (h *harness) get(t *testing.T, r *resources.Resource, ns, name string) metav1.Object {
 	t.Helper()
 	o, err := h.fc.Get(context.Background(), r, ns, name)
@@ -118,14 +127,24 @@ func (h *harness) get(t *testing.T, r *resources.Resource, ns, name string) meta
 	return o
 }
 
+// containers is a valid pod's one container.
+var containers = []corev1.Container{{Name: "c", Image: "img"}}
+
 func ds(name, uid string) *appsv1.DaemonSet {
-	return &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: types.UID(uid)}}
+	labels := map[string]string{"app": name}
+	return &appsv1.DaemonSet{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: types.UID(uid)},
+		Spec: appsv1.DaemonSetSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{Containers: containers}},
+		},
+	}
 }
 
 var dsKind = appsv1.SchemeGroupVersion.WithKind("DaemonSet")
 
 func ownedPod(name, node string, owners ...*appsv1.DaemonSet) *corev1.Pod {
-	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name}, Spec: corev1.PodSpec{NodeName: node}}
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name}, Spec: corev1.PodSpec{NodeName: node, Containers: containers}}
 	for _, o := range owners {
 		p.OwnerReferences = append(p.OwnerReferences, *metav1.NewControllerRef(o, dsKind))
 	}
@@ -139,7 +158,8 @@ func ownedPod(name, node string, owners ...*appsv1.DaemonSet) *corev1.Pod {
 
 func ownedRevision(name string, owner *appsv1.DaemonSet) *appsv1.ControllerRevision {
 	return &appsv1.ControllerRevision{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name,
-		OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(owner, dsKind)}}}
+		OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(owner, dsKind)}},
+		Data: k8sruntime.RawExtension{Raw: []byte(`{}`)}, Revision: 1}
 }
 
 func node(name string) *corev1.Node { return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}} }
@@ -150,9 +170,9 @@ func TestBackgroundCascade(t *testing.T) {
 	h := newHarness(t, live, node("n1"),
 		ownedPod("orphaned-by-delete", "n1", gone), ownedRevision("gone-rev", gone),
 		ownedPod("kept", "n1", live), ownedPod("two-owners", "n1", live, gone),
-		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "no-owner"}, Spec: corev1.PodSpec{NodeName: "n1"}})
+		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "no-owner"}, Spec: corev1.PodSpec{NodeName: "n1", Containers: containers}})
 	h.drain(t)
-	if h.exists(resources.Pods, "default", "orphaned-by-delete") || h.exists(resources.ControllerRevisions, "default", "gone-rev") {
+	if h.live(resources.Pods, "default", "orphaned-by-delete") || h.exists(resources.ControllerRevisions, "default", "gone-rev") {
 		t.Error("dependents of a deleted owner survived")
 	}
 	if !h.exists(resources.Pods, "default", "kept") || !h.exists(resources.Pods, "default", "no-owner") {
@@ -258,7 +278,7 @@ func TestPodsOfDeletedNode(t *testing.T) {
 }
 
 func TestRunCollects(t *testing.T) {
-	before := runtime.NumGoroutine()
+	checkLeaks := testkit.LeakCheck(t)
 	owner := ds("foo", "uid-1")
 	fc := fake.New(owner, node("n1"), ownedPod("p1", "n1", owner), ownedPod("p2", "n1", owner))
 	c, err := New(Config{Client: fc})
@@ -270,17 +290,19 @@ func TestRunCollects(t *testing.T) {
 	go func() { done <- c.Run(ctx, 2) }()
 	waitFor := func(what string, cond func() bool) {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for !cond() {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s", what)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		testkit.EventuallyTrue(t, 10*time.Second, what, cond)
 	}
+	// podCount counts the pods not being deleted (bound pods wait, marked,
+	// for their node agent).
 	podCount := func() int {
 		pods, _, _ := fc.List(context.Background(), resources.Pods, "", client.ListOptions{})
-		return len(pods)
+		n := 0
+		for _, p := range pods {
+			if p.GetDeletionTimestamp() == nil {
+				n++
+			}
+		}
+		return n
 	}
 	if _, err := fc.Delete(context.Background(), resources.DaemonSets, "default", "foo", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
@@ -293,11 +315,5 @@ func TestRunCollects(t *testing.T) {
 	if n := fc.Watchers(); n != 0 {
 		t.Errorf("%d watches open", n)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if after := runtime.NumGoroutine(); after > before {
-		t.Errorf("goroutines: %d before, %d after Run returned", before, after)
-	}
+	checkLeaks()
 }

@@ -14,11 +14,14 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 
 	"github.com/everynode/everynode/client"
+	"github.com/everynode/everynode/client/record"
 	"github.com/everynode/everynode/controller/internal/informer"
 	"github.com/everynode/everynode/controller/internal/workers"
 	"github.com/everynode/everynode/resources"
@@ -35,6 +38,9 @@ const (
 
 // ReasonTaintManagerEviction is the event reason of an eviction (as Kubernetes).
 const ReasonTaintManagerEviction = "TaintManagerEviction"
+
+// Component is the source of the controller's events.
+const Component = "node-lifecycle-controller"
 
 const nodeNameIndex = informer.NodeNameIndex
 
@@ -82,14 +88,21 @@ type Controller struct {
 	// O(nodes²). Nil before Run: sync reads membership itself.
 	round atomic.Pointer[map[string]Member]
 
-	informers *informer.Set
-	nodeStore cache.Indexer
-	podStore  cache.Indexer
-	queue     workqueue.TypedRateLimitingInterface[string]
+	// nodeLister and podIndexer read the informers' caches, whose
+	// objects are shared: read-only, DeepCopy before changing. Pods are
+	// read by node through the NodeNameIndex, which listers do not offer.
+	informers  *informer.Set
+	nodeLister corelisters.NodeLister
+	podIndexer cache.Indexer
+	queue      workqueue.TypedRateLimitingInterface[string]
+
+	// events and recorder write the eviction events; events runs under Run.
+	events   *record.Broadcaster
+	recorder record.EventRecorder
 }
 
 // New builds a Controller; nothing runs until Run.
-func New(cfg Config) (*Controller, error) {
+func New(cfg Config) (_ *Controller, err error) {
 	if cfg.Client == nil || cfg.Membership == nil {
 		return nil, errors.New("node lifecycle controller: Config.Client and Config.Membership are required")
 	}
@@ -109,8 +122,16 @@ func New(cfg Config) (*Controller, error) {
 	if c.grace <= 0 {
 		c.grace = DefaultGracePeriod
 	}
-	c.queue = workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
-		workqueue.TypedRateLimitingQueueConfig[string]{Clock: c.clock})
+	c.events = record.NewBroadcaster(cfg.Client, record.Options{Logger: c.logger, Clock: c.clock})
+	c.recorder = c.events.NewRecorder(corev1.EventSource{Component: Component})
+	c.queue = workers.NewQueue[string](c.clock)
+	// The queue's goroutine starts now and stops with ShutDown, which Run
+	// calls; if New fails there is no Run, so New stops it.
+	defer func() {
+		if err != nil {
+			c.queue.ShutDown()
+		}
+	}()
 	c.informers = informer.NewSet(cfg.Informers, cfg.Client)
 	nodeInf, err := c.informers.Add(resources.Nodes, nil)
 	if err != nil {
@@ -120,7 +141,7 @@ func New(cfg Config) (*Controller, error) {
 	if err != nil {
 		return nil, fmt.Errorf("node lifecycle controller: %w", err)
 	}
-	c.nodeStore, c.podStore = nodeInf.GetIndexer(), podInf.GetIndexer()
+	c.nodeLister, c.podIndexer = corelisters.NewNodeLister(nodeInf.GetIndexer()), podInf.GetIndexer()
 	if _, err := nodeInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.enqueueNode,
 		UpdateFunc: func(_, cur any) { c.enqueueNode(cur) },
@@ -148,11 +169,10 @@ func (c *Controller) podChanged(obj any) {
 	if !ok || pod.Spec.NodeName == "" || pod.DeletionTimestamp != nil {
 		return
 	}
-	o, exists, _ := c.nodeStore.GetByKey(pod.Spec.NodeName)
-	if !exists {
+	node, err := c.nodeLister.Get(pod.Spec.NodeName)
+	if err != nil {
 		return
 	}
-	node := o.(*corev1.Node)
 	for _, t := range node.Spec.Taints {
 		if t.Effect == corev1.TaintEffectNoExecute {
 			c.queue.Add(node.Name)
@@ -165,8 +185,9 @@ func (c *Controller) podChanged(obj any) {
 }
 
 func (c *Controller) enqueueAll() {
-	for _, k := range c.nodeStore.ListKeys() {
-		c.queue.Add(k)
+	nodes, _ := c.nodeLister.List(labels.Everything()) // a cache list does not fail
+	for _, n := range nodes {
+		c.queue.Add(n.Name)
 	}
 }
 
@@ -175,6 +196,8 @@ func (c *Controller) enqueueAll() {
 // ctx ends; it returns after every goroutine it started has stopped.
 func (c *Controller) Run(ctx context.Context, n int) error {
 	c.started = c.clock.Now()
+	c.events.Start()
+	defer c.events.Shutdown() // after the workers have stopped
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer c.queue.ShutDown()
@@ -238,11 +261,13 @@ func (c *Controller) syncFailed(key string, err error) {
 // sync reconciles one node: Ready condition, lifecycle taints, pod
 // readiness on unreachable nodes, evictions. Level-triggered.
 func (c *Controller) sync(ctx context.Context, name string) error {
-	obj, exists, err := c.nodeStore.GetByKey(name)
-	if err != nil || !exists {
+	node, err := c.nodeLister.Get(name)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
 		return err
 	}
-	node := obj.(*corev1.Node)
 	now := c.clock.Now()
 	member, known := c.member(name)
 	if cond, changed := desiredReady(node, member, known, now, c.grace, c.started); changed {
@@ -266,7 +291,7 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 		node = o.(*corev1.Node)
 	}
 
-	objs, err := c.podStore.ByIndex(nodeNameIndex, name)
+	objs, err := c.podIndexer.ByIndex(nodeNameIndex, name)
 	if err != nil {
 		return err
 	}
@@ -333,24 +358,12 @@ func (c *Controller) evict(ctx context.Context, pod *corev1.Pod, node string) er
 	}
 	if err == nil {
 		c.logger.Info("evicted pod", "pod", pod.Namespace+"/"+pod.Name, "node", node)
-		c.event(ctx, pod, "Marking for deletion Pod "+pod.Namespace+"/"+pod.Name)
+		c.event(pod, "Marking for deletion Pod "+pod.Namespace+"/"+pod.Name)
 	}
 	return nil
 }
 
-// event writes a best-effort Normal event about pod.
-func (c *Controller) event(ctx context.Context, pod *corev1.Pod, msg string) {
-	now := metav1.NewTime(c.clock.Now())
-	ev := &corev1.Event{
-		ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: fmt.Sprintf("%s.%x", pod.Name, now.UnixNano())},
-		InvolvedObject: corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Namespace: pod.Namespace, Name: pod.Name,
-			UID: pod.UID, ResourceVersion: pod.ResourceVersion},
-		Reason: ReasonTaintManagerEviction, Message: msg, Type: corev1.EventTypeNormal,
-		Source:         corev1.EventSource{Component: "node-lifecycle-controller"},
-		FirstTimestamp: now, LastTimestamp: now, Count: 1,
-		ReportingController: "everynode.io/node-lifecycle-controller",
-	}
-	if _, err := c.client.Create(ctx, ev, client.WriteOptions{}); err != nil {
-		c.logger.Debug("cannot write eviction event", "pod", pod.Namespace+"/"+pod.Name, "err", err)
-	}
+// event records a Normal event about pod (best-effort, see client/record).
+func (c *Controller) event(pod *corev1.Pod, msg string) {
+	c.recorder.Event(pod, corev1.EventTypeNormal, ReasonTaintManagerEviction, msg)
 }

@@ -10,6 +10,11 @@ type Member struct {
 	// was stopped on purpose): the Node goes Ready=False rather than Unknown.
 	// Only meaningful when Alive is false.
 	Left bool
+	// Connected is true while the node holds an authenticated stream to
+	// the API (its own credential, see Corroborated): what gossip says of
+	// a connected node does not make it NotReady, since anyone with the
+	// gossip key can say it.
+	Connected bool
 }
 
 // Membership tells the controller which nodes are alive. The agent side

@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,47 +15,9 @@ import (
 
 	"github.com/everynode/everynode/client"
 	"github.com/everynode/everynode/client/fake"
+	"github.com/everynode/everynode/internal/testkit"
 	"github.com/everynode/everynode/resources"
 )
-
-// fakeMembership is a settable Membership.
-type fakeMembership struct {
-	mu      sync.Mutex
-	members []Member
-	ch      chan struct{}
-	reads   int // calls of Members
-}
-
-func newFakeMembership(ms ...Member) *fakeMembership {
-	return &fakeMembership{members: ms, ch: make(chan struct{}, 1)}
-}
-
-func (f *fakeMembership) Members() []Member {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.reads++
-	return append([]Member(nil), f.members...)
-}
-
-func (f *fakeMembership) readCount() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.reads
-}
-
-func (f *fakeMembership) Changed() <-chan struct{} { return f.ch }
-
-func (f *fakeMembership) set(ms ...Member) {
-	f.mu.Lock()
-	f.members = ms
-	f.mu.Unlock()
-	select {
-	case f.ch <- struct{}{}:
-	default:
-	}
-}
-
-var _ Membership = (*fakeMembership)(nil)
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
@@ -98,6 +58,13 @@ func TestDesiredReady(t *testing.T) {
 		{"unknown, new node without condition", node("n", now.Add(-10*time.Second), ""), Member{}, false, "", false},
 		{"unknown to membership, old node, controller just started", node("n", t0, corev1.ConditionTrue), Member{}, false, corev1.ConditionTrue, false},
 		{"left", node("n", t0, corev1.ConditionTrue), Member{Name: "n", Left: true}, true, corev1.ConditionFalse, true},
+		// Gossip is a hint: what it says of a connected node changes nothing.
+		{"dead but connected (forged death)", node("n", t0, corev1.ConditionTrue), Member{Name: "n", Connected: true}, true, corev1.ConditionTrue, false},
+		{"left but connected (forged leave)", node("n", t0, corev1.ConditionTrue), Member{Name: "n", Left: true, Connected: true}, true, corev1.ConditionTrue, false},
+		{"unknown to membership, old node, connected", node("n", t0, corev1.ConditionTrue), Member{Name: "n", Connected: true}, false, corev1.ConditionTrue, false},
+		{"dead, was unknown, reconnected before gossip agrees", node("n", t0, corev1.ConditionUnknown), Member{Name: "n", Connected: true}, true, corev1.ConditionUnknown, false},
+		{"dead and connected, no condition", node("n", t0, ""), Member{Name: "n", Connected: true}, true, "", false},
+		{"alive and connected, was unknown", node("n", t0, corev1.ConditionUnknown), Member{Name: "n", Alive: true, Connected: true}, true, corev1.ConditionTrue, true},
 		{"left, node said not ready itself", node("n", t0, corev1.ConditionFalse), Member{Name: "n", Left: true}, true, corev1.ConditionFalse, true},
 		{"left, already marked", nodeWithReason("n", t0, corev1.ConditionFalse, ReasonMemberLeft), Member{Name: "n", Left: true}, true, corev1.ConditionFalse, false},
 		{"back after leaving", nodeWithReason("n", t0, corev1.ConditionFalse, ReasonMemberLeft), Member{Name: "n", Alive: true}, true, corev1.ConditionTrue, true},
@@ -122,10 +89,10 @@ func TestDesiredReady(t *testing.T) {
 func TestDesiredTaints(t *testing.T) {
 	now := t0
 	earlier := metav1.NewTime(t0.Add(-time.Minute))
-	unreachable := corev1.Taint{Key: TaintUnreachable, Effect: corev1.TaintEffectNoExecute, TimeAdded: &earlier}
-	notReady := corev1.Taint{Key: TaintNotReady, Effect: corev1.TaintEffectNoExecute, TimeAdded: &earlier}
+	unreachable := corev1.Taint{Key: corev1.TaintNodeUnreachable, Effect: corev1.TaintEffectNoExecute, TimeAdded: &earlier}
+	notReady := corev1.Taint{Key: corev1.TaintNodeNotReady, Effect: corev1.TaintEffectNoExecute, TimeAdded: &earlier}
 	user := corev1.Taint{Key: "dedicated", Value: "x", Effect: corev1.TaintEffectNoSchedule}
-	notReadyNoSchedule := corev1.Taint{Key: TaintNotReady, Effect: corev1.TaintEffectNoSchedule}
+	notReadyNoSchedule := corev1.Taint{Key: corev1.TaintNodeNotReady, Effect: corev1.TaintEffectNoSchedule}
 	cond := func(s corev1.ConditionStatus) *corev1.NodeCondition {
 		return &corev1.NodeCondition{Type: corev1.NodeReady, Status: s}
 	}
@@ -138,11 +105,11 @@ func TestDesiredTaints(t *testing.T) {
 	}{
 		{"ready, nothing", []corev1.Taint{user}, cond(corev1.ConditionTrue), []string{"dedicated"}, false},
 		{"no condition, nothing", nil, nil, nil, false},
-		{"unknown adds unreachable", []corev1.Taint{user}, cond(corev1.ConditionUnknown), []string{"dedicated", TaintUnreachable}, true},
-		{"false adds not-ready", nil, cond(corev1.ConditionFalse), []string{TaintNotReady}, true},
-		{"unknown keeps existing unreachable", []corev1.Taint{unreachable}, cond(corev1.ConditionUnknown), []string{TaintUnreachable}, false},
-		{"unknown swaps not-ready for unreachable", []corev1.Taint{notReady}, cond(corev1.ConditionUnknown), []string{TaintUnreachable}, true},
-		{"ready removes lifecycle taints only", []corev1.Taint{unreachable, user, notReadyNoSchedule}, cond(corev1.ConditionTrue), []string{"dedicated", TaintNotReady}, true},
+		{"unknown adds unreachable", []corev1.Taint{user}, cond(corev1.ConditionUnknown), []string{"dedicated", corev1.TaintNodeUnreachable}, true},
+		{"false adds not-ready", nil, cond(corev1.ConditionFalse), []string{corev1.TaintNodeNotReady}, true},
+		{"unknown keeps existing unreachable", []corev1.Taint{unreachable}, cond(corev1.ConditionUnknown), []string{corev1.TaintNodeUnreachable}, false},
+		{"unknown swaps not-ready for unreachable", []corev1.Taint{notReady}, cond(corev1.ConditionUnknown), []string{corev1.TaintNodeUnreachable}, true},
+		{"ready removes lifecycle taints only", []corev1.Taint{unreachable, user, notReadyNoSchedule}, cond(corev1.ConditionTrue), []string{"dedicated", corev1.TaintNodeNotReady}, true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -150,7 +117,7 @@ func TestDesiredTaints(t *testing.T) {
 			var keys []string
 			for _, tt := range got {
 				keys = append(keys, tt.Key)
-				if tt.Key == TaintUnreachable && !c.changed && !tt.TimeAdded.Equal(&earlier) {
+				if tt.Key == corev1.TaintNodeUnreachable && !c.changed && !tt.TimeAdded.Equal(&earlier) {
 					t.Errorf("timeAdded of kept taint changed")
 				}
 			}
@@ -166,10 +133,10 @@ func secs(n int64) *int64 { return &n }
 func TestEvictionTime(t *testing.T) {
 	now := t0.Add(time.Hour)
 	added := metav1.NewTime(t0)
-	unreachable := corev1.Taint{Key: TaintUnreachable, Effect: corev1.TaintEffectNoExecute, TimeAdded: &added}
+	unreachable := corev1.Taint{Key: corev1.TaintNodeUnreachable, Effect: corev1.TaintEffectNoExecute, TimeAdded: &added}
 	daemonTolerations := []corev1.Toleration{
-		{Key: TaintNotReady, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute},
-		{Key: TaintUnreachable, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute},
+		{Key: corev1.TaintNodeNotReady, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute},
+		{Key: corev1.TaintNodeUnreachable, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute},
 	}
 	cases := []struct {
 		name        string
@@ -183,14 +150,14 @@ func TestEvictionTime(t *testing.T) {
 		{"untolerated NoExecute", []corev1.Taint{unreachable}, nil, true, now},
 		{"daemon pod tolerates forever", []corev1.Taint{unreachable}, daemonTolerations, false, time.Time{}},
 		{"tolerationSeconds 300", []corev1.Taint{unreachable},
-			[]corev1.Toleration{{Key: TaintUnreachable, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: secs(300)}},
+			[]corev1.Toleration{{Key: corev1.TaintNodeUnreachable, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: secs(300)}},
 			true, t0.Add(300 * time.Second)},
 		{"tolerationSeconds 0", []corev1.Taint{unreachable},
 			[]corev1.Toleration{{Operator: corev1.TolerationOpExists, TolerationSeconds: secs(0)}}, true, now},
 		{"one of two taints untolerated", []corev1.Taint{unreachable, {Key: "other", Effect: corev1.TaintEffectNoExecute}}, daemonTolerations, true, now},
 		{"smallest seconds wins", []corev1.Taint{unreachable, {Key: "other", Effect: corev1.TaintEffectNoExecute, TimeAdded: &added}},
 			[]corev1.Toleration{
-				{Key: TaintUnreachable, Operator: corev1.TolerationOpExists, TolerationSeconds: secs(600)},
+				{Key: corev1.TaintNodeUnreachable, Operator: corev1.TolerationOpExists, TolerationSeconds: secs(600)},
 				{Key: "other", Operator: corev1.TolerationOpExists, TolerationSeconds: secs(60)}},
 			true, t0.Add(60 * time.Second)},
 	}
@@ -212,7 +179,7 @@ func pod(name, nodeName string, ready bool, tolerations ...corev1.Toleration) *c
 	}
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
-		Spec:       corev1.PodSpec{NodeName: nodeName, Tolerations: tolerations},
+		Spec:       corev1.PodSpec{NodeName: nodeName, Tolerations: tolerations, Containers: []corev1.Container{{Name: "c", Image: "img"}}},
 		Status:     corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: st}}},
 	}
 }
@@ -220,12 +187,12 @@ func pod(name, nodeName string, ready bool, tolerations ...corev1.Toleration) *c
 type harness struct {
 	c       *Controller
 	fc      *fake.Client
-	members *fakeMembership
+	members *StaticMembership
 	clock   *testingclock.FakeClock
 }
 
 // newHarness seeds the fake API and the caches with objs.
-func newHarness(t *testing.T, members *fakeMembership, objs ...resources.Object) *harness {
+func newHarness(t *testing.T, members *StaticMembership, objs ...resources.Object) *harness {
 	t.Helper()
 	fc := fake.New()
 	clk := testingclock.NewFakeClock(t0.Add(time.Hour))
@@ -239,6 +206,8 @@ func newHarness(t *testing.T, members *fakeMembership, objs ...resources.Object)
 		t.Fatal(err)
 	}
 	t.Cleanup(c.queue.ShutDown)
+	c.events.Start() // Run is not called: syncs are driven by the test
+	t.Cleanup(c.events.Shutdown)
 	h := &harness{c: c, fc: fc, members: members, clock: clk}
 	h.refresh(t)
 	return h
@@ -247,10 +216,11 @@ func newHarness(t *testing.T, members *fakeMembership, objs ...resources.Object)
 // refresh copies the fake API's nodes and pods into the caches.
 func (h *harness) refresh(t *testing.T) {
 	t.Helper()
+	infs := h.c.informers.Informers() // New adds nodes, then pods
 	for _, pair := range []struct {
 		r     *resources.Resource
 		store interface{ Replace([]any, string) error }
-	}{{resources.Nodes, h.c.nodeStore}, {resources.Pods, h.c.podStore}} {
+	}{{resources.Nodes, infs[0].GetStore()}, {resources.Pods, infs[1].GetStore()}} {
 		items, _, err := h.fc.List(context.Background(), pair.r, "", client.ListOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -272,18 +242,21 @@ func (h *harness) getNode(t *testing.T, name string) *corev1.Node {
 	return o.(*corev1.Node)
 }
 
+// podExists reports whether a pod exists and is not evicted: an evicted pod
+// bound to a node is marked for deletion (it waits for its node agent, as in
+// Kubernetes) or gone.
 func (h *harness) podExists(name string) bool {
-	_, err := h.fc.Get(context.Background(), resources.Pods, "default", name)
-	return !apierrors.IsNotFound(err)
+	o, err := h.fc.Get(context.Background(), resources.Pods, "default", name)
+	return !apierrors.IsNotFound(err) && (o == nil || o.GetDeletionTimestamp() == nil)
 }
 
 func TestSyncUnreachableNodeEvicts(t *testing.T) {
 	daemonTol := []corev1.Toleration{
-		{Key: TaintNotReady, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute},
-		{Key: TaintUnreachable, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute},
+		{Key: corev1.TaintNodeNotReady, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute},
+		{Key: corev1.TaintNodeUnreachable, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute},
 	}
-	fiveMin := corev1.Toleration{Key: TaintUnreachable, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: secs(300)}
-	members := newFakeMembership(Member{Name: "n1", Alive: false}, Member{Name: "n2", Alive: true})
+	fiveMin := corev1.Toleration{Key: corev1.TaintNodeUnreachable, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: secs(300)}
+	members := NewStaticMembership(Member{Name: "n1", Alive: false}, Member{Name: "n2", Alive: true})
 	h := newHarness(t, members,
 		node("n1", t0, corev1.ConditionTrue), node("n2", t0, corev1.ConditionTrue),
 		pod("daemon", "n1", true, daemonTol...), pod("plain", "n1", true), pod("patient", "n1", true, fiveMin),
@@ -297,7 +270,7 @@ func TestSyncUnreachableNodeEvicts(t *testing.T) {
 	if r := readyCondition(n1); r.Status != corev1.ConditionUnknown || r.Reason != ReasonStatusUnknown {
 		t.Errorf("ready %+v", r)
 	}
-	if len(n1.Spec.Taints) != 1 || n1.Spec.Taints[0].Key != TaintUnreachable || !n1.Spec.Taints[0].TimeAdded.Time.Equal(h.clock.Now()) {
+	if len(n1.Spec.Taints) != 1 || n1.Spec.Taints[0].Key != corev1.TaintNodeUnreachable || !n1.Spec.Taints[0].TimeAdded.Time.Equal(h.clock.Now()) {
 		t.Errorf("taints %+v", n1.Spec.Taints)
 	}
 	if h.podExists("plain") || !h.podExists("daemon") || !h.podExists("patient") || !h.podExists("elsewhere") {
@@ -308,10 +281,18 @@ func TestSyncUnreachableNodeEvicts(t *testing.T) {
 	if r := o.(*corev1.Pod).Status.Conditions[0]; r.Status != corev1.ConditionFalse {
 		t.Errorf("daemon pod on unreachable node still ready: %+v", r)
 	}
-	evs, _, _ := h.fc.List(ctx, resources.Events, "default", client.ListOptions{FieldSelector: "reason=" + ReasonTaintManagerEviction})
-	if len(evs) != 1 {
-		t.Errorf("%d eviction events", len(evs))
-	}
+	testkit.Eventually(t, 10*time.Second, func() error {
+		evs, _, _ := h.fc.List(ctx, resources.Events, "default", client.ListOptions{FieldSelector: "reason=" + ReasonTaintManagerEviction})
+		if len(evs) != 1 {
+			return fmt.Errorf("%d eviction events, want 1", len(evs))
+		}
+		ev := evs[0].(*corev1.Event)
+		if ev.InvolvedObject.Kind != "Pod" || ev.InvolvedObject.Name != "plain" || ev.Source.Component != Component ||
+			ev.Message != "Marking for deletion Pod default/plain" || ev.Type != corev1.EventTypeNormal {
+			return fmt.Errorf("eviction event %+v", ev)
+		}
+		return nil
+	})
 
 	// The patient pod goes once its 300s run out (a delayed requeue is pending).
 	h.refresh(t)
@@ -339,7 +320,7 @@ func TestSyncUnreachableNodeEvicts(t *testing.T) {
 	}
 
 	// The node comes back: Ready, taint removed.
-	members.set(Member{Name: "n1", Alive: true}, Member{Name: "n2", Alive: true})
+	members.Replace(Member{Name: "n1", Alive: true}, Member{Name: "n2", Alive: true})
 	h.refresh(t)
 	if err := h.c.sync(ctx, "n1"); err != nil {
 		t.Fatal(err)
@@ -351,12 +332,12 @@ func TestSyncUnreachableNodeEvicts(t *testing.T) {
 }
 
 func TestSyncNotReadyNodeKeepsAgentVerdict(t *testing.T) {
-	h := newHarness(t, newFakeMembership(Member{Name: "n1", Alive: true}), node("n1", t0, corev1.ConditionFalse), pod("plain", "n1", true))
+	h := newHarness(t, NewStaticMembership(Member{Name: "n1", Alive: true}), node("n1", t0, corev1.ConditionFalse), pod("plain", "n1", true))
 	if err := h.c.sync(context.Background(), "n1"); err != nil {
 		t.Fatal(err)
 	}
 	n1 := h.getNode(t, "n1")
-	if readyCondition(n1).Status != corev1.ConditionFalse || len(n1.Spec.Taints) != 1 || n1.Spec.Taints[0].Key != TaintNotReady {
+	if readyCondition(n1).Status != corev1.ConditionFalse || len(n1.Spec.Taints) != 1 || n1.Spec.Taints[0].Key != corev1.TaintNodeNotReady {
 		t.Errorf("node %+v", n1)
 	}
 	if h.podExists("plain") {
@@ -366,7 +347,7 @@ func TestSyncNotReadyNodeKeepsAgentVerdict(t *testing.T) {
 }
 
 func TestSyncConflictRetries(t *testing.T) {
-	h := newHarness(t, newFakeMembership(), node("n1", t0, corev1.ConditionTrue))
+	h := newHarness(t, NewStaticMembership(), node("n1", t0, corev1.ConditionTrue))
 	h.fc.Fail(fake.VerbUpdate, "nodes/status", apierrors.NewConflict(resources.Nodes.GroupResource(), "n1", errors.New("stale")))
 	if err := h.c.sync(context.Background(), "n1"); !apierrors.IsConflict(err) {
 		t.Fatalf("err %v, want the conflict (retried by the queue)", err)
@@ -377,8 +358,8 @@ func TestSyncConflictRetries(t *testing.T) {
 }
 
 func TestRunWithFakeMembership(t *testing.T) {
-	before := runtime.NumGoroutine()
-	members := newFakeMembership(Member{Name: "n1", Alive: true})
+	checkLeaks := testkit.LeakCheck(t)
+	members := NewStaticMembership(Member{Name: "n1", Alive: true})
 	fc := fake.New(node("n1", t0, ""), pod("plain", "n1", true))
 	c, err := New(Config{Client: fc, Membership: members, ReconcileInterval: time.Hour})
 	if err != nil {
@@ -389,13 +370,7 @@ func TestRunWithFakeMembership(t *testing.T) {
 	go func() { done <- c.Run(ctx, 1) }()
 	waitFor := func(what string, cond func() bool) {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for !cond() {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s", what)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		testkit.EventuallyTrue(t, 10*time.Second, what, cond)
 	}
 	ready := func(s corev1.ConditionStatus) func() bool {
 		return func() bool {
@@ -405,11 +380,11 @@ func TestRunWithFakeMembership(t *testing.T) {
 		}
 	}
 	waitFor("node ready", ready(corev1.ConditionTrue))
-	members.set(Member{Name: "n1", Alive: false}) // the hint, not the hour-long ticker, triggers the check
+	members.Replace(Member{Name: "n1", Alive: false}) // the hint, not the hour-long ticker, triggers the check
 	waitFor("node unknown", ready(corev1.ConditionUnknown))
-	waitFor("eviction", func() bool {
-		_, err := fc.Get(context.Background(), resources.Pods, "default", "plain")
-		return apierrors.IsNotFound(err)
+	waitFor("eviction", func() bool { // marked for deletion, or gone
+		o, err := fc.Get(context.Background(), resources.Pods, "default", "plain")
+		return apierrors.IsNotFound(err) || (err == nil && o.GetDeletionTimestamp() != nil)
 	})
 	cancel()
 	if err := <-done; err != nil {
@@ -418,13 +393,7 @@ func TestRunWithFakeMembership(t *testing.T) {
 	if n := fc.Watchers(); n != 0 {
 		t.Errorf("%d watches open", n)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if after := runtime.NumGoroutine(); after > before {
-		t.Errorf("goroutines: %d before, %d after Run returned", before, after)
-	}
+	checkLeaks()
 }
 
 // TestRunReadsMembershipOncePerRound: syncing every node after a hint reads
@@ -440,7 +409,7 @@ func TestRunReadsMembershipOncePerRound(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	fm := newFakeMembership(members...)
+	fm := NewStaticMembership(members...)
 	c, err := New(Config{Client: fc, Membership: fm, ReconcileInterval: time.Hour})
 	if err != nil {
 		t.Fatal(err)
@@ -464,25 +433,19 @@ func TestRunReadsMembershipOncePerRound(t *testing.T) {
 		}
 		return ready == n
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for !allReady() {
-		if time.Now().After(deadline) {
-			t.Fatal("nodes not all Ready")
+	testkit.EventuallyTrue(t, 10*time.Second, "nodes all Ready", allReady)
+	before := fm.Reads()
+	fm.Replace(members...) // a hint: one more round over every node
+	testkit.EventuallyTrue(t, 10*time.Second, "the hint's round read membership, its queue drained", func() bool {
+		return fm.Reads() > before && c.queue.Len() == 0
+	})
+	// The last syncs may still run: none of them reads membership again.
+	testkit.Consistently(t, 100*time.Millisecond, func() error {
+		if reads := fm.Reads() - before; reads != 1 {
+			return fmt.Errorf("a round over %d nodes read membership %d times, want 1", n, reads)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	before := fm.readCount()
-	fm.set(members...) // a hint: one more round over every node
-	deadline = time.Now().Add(10 * time.Second)
-	for fm.readCount() == before && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
-	for c.queue.Len() > 0 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
-	if reads := fm.readCount() - before; reads != 1 {
-		t.Errorf("a round over %d nodes read membership %d times, want 1", n, reads)
-	}
+		return nil
+	})
 }
 
 func TestNewValidates(t *testing.T) {

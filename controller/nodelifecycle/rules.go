@@ -7,12 +7,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// The NoExecute taints this controller owns (REFERENCE §1.3, §1.4).
-const (
-	TaintNotReady    = "node.kubernetes.io/not-ready"
-	TaintUnreachable = "node.kubernetes.io/unreachable"
-)
-
 // Reasons written on the Ready condition.
 const (
 	ReasonMemberAlive   = "MemberAlive"
@@ -40,7 +34,10 @@ func readyCondition(node *corev1.Node) *corev1.NodeCondition {
 //     longer than grace since its creation or since started (when this
 //     controller began: members need time to rejoin a restarted server), is
 //     Ready=Unknown;
-//   - a node unknown to membership within that grace is left alone.
+//   - a node unknown to membership within that grace is left alone;
+//   - so is a node that is not a live member but is Connected: gossip is a
+//     hint, and the node's own authenticated stream says it is there (its
+//     condition, whatever it is, stays until gossip agrees).
 func desiredReady(node *corev1.Node, m Member, known bool, now time.Time, grace time.Duration, started time.Time) (corev1.NodeCondition, bool) {
 	cur := readyCondition(node)
 	want := corev1.NodeCondition{Type: corev1.NodeReady}
@@ -49,6 +46,11 @@ func desiredReady(node *corev1.Node, m Member, known bool, now time.Time, grace 
 		since = started
 	}
 	switch {
+	case m.Connected && !(known && m.Alive):
+		if cur == nil {
+			return corev1.NodeCondition{}, false
+		}
+		return *cur, false
 	case known && m.Alive:
 		if cur != nil && cur.Status == corev1.ConditionFalse && cur.Reason != ReasonMemberLeft {
 			return *cur, false
@@ -89,6 +91,7 @@ func setCondition(node *corev1.Node, cond corev1.NodeCondition) {
 }
 
 // desiredTaints returns taints with exactly the NoExecute lifecycle taint
+// (k8s.io/api's well-known corev1.TaintNodeNotReady and TaintNodeUnreachable)
 // matching ready (not-ready for False, unreachable for Unknown, none for True
 // or no condition), keeping every other taint and the TimeAdded of kept ones.
 func desiredTaints(taints []corev1.Taint, ready *corev1.NodeCondition, now time.Time) ([]corev1.Taint, bool) {
@@ -96,15 +99,15 @@ func desiredTaints(taints []corev1.Taint, ready *corev1.NodeCondition, now time.
 	if ready != nil {
 		switch ready.Status {
 		case corev1.ConditionFalse:
-			want = TaintNotReady
+			want = corev1.TaintNodeNotReady
 		case corev1.ConditionUnknown:
-			want = TaintUnreachable
+			want = corev1.TaintNodeUnreachable
 		}
 	}
 	var out []corev1.Taint
 	changed, have := false, false
 	for _, t := range taints {
-		owned := t.Effect == corev1.TaintEffectNoExecute && (t.Key == TaintNotReady || t.Key == TaintUnreachable)
+		owned := t.Effect == corev1.TaintEffectNoExecute && (t.Key == corev1.TaintNodeNotReady || t.Key == corev1.TaintNodeUnreachable)
 		switch {
 		case owned && t.Key == want && !have:
 			have = true

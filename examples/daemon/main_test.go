@@ -1,50 +1,33 @@
 package main
 
 import (
-	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/everynode/everynode/internal/testkit"
 )
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestRun serves the version, logs with the node name and stops with ctx.
 func TestRun(t *testing.T) {
 	t.Setenv("NODE_NAME", "n7")
 	ctx, cancel := context.WithCancel(t.Context())
-	out := &syncBuffer{}
+	out := &testkit.Buffer{}
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, []string{"-version", "v9", "-listen", "127.0.0.1:0", "-every", "10ms"}, out) }()
 
 	addr := regexp.MustCompile(`listen=(\S+)`)
-	deadline := time.Now().Add(5 * time.Second)
-	for !strings.Contains(out.String(), "msg=alive") || !addr.MatchString(out.String()) {
-		if time.Now().After(deadline) {
-			t.Fatalf("log %q", out.String())
+	testkit.Eventually(t, 5*time.Second, func() error {
+		if !out.Contains("msg=alive") || !addr.MatchString(out.String()) {
+			return fmt.Errorf("no alive line and address yet; log %q", out.String())
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 	base := "http://" + addr.FindStringSubmatch(out.String())[1]
 	for path, want := range map[string]string{"/version": "v9\n", "/healthz": "ok\n"} {
 		resp, err := http.Get(base + path)

@@ -3,11 +3,11 @@ package multihost_test
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
-	"net/http/httptest"
 	"regexp"
 	"strings"
 	"testing"
@@ -16,26 +16,15 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/everynode/everynode/apiserver"
+	"github.com/everynode/everynode/agent"
 	"github.com/everynode/everynode/client"
-	"github.com/everynode/everynode/nodeagent"
-	"github.com/everynode/everynode/nodeagent/runtime/docker"
+	"github.com/everynode/everynode/gossip"
 	"github.com/everynode/everynode/resources"
-	"github.com/everynode/everynode/store"
+	"github.com/everynode/everynode/server"
 )
 
-// mhTokens is the logs test's authenticator: one admin token.
-type mhTokens struct{}
-
-func (mhTokens) AuthenticateToken(tok string) (string, []string, bool) {
-	if tok == "mh-admin" {
-		return "admin", []string{"system:masters"}, true
-	}
-	return "", nil, false
-}
-
-// TestDockerLogsThroughAPI runs, in this process, the API server on a real
-// store and an agent on the real Docker runtime serving its log endpoint,
+// TestDockerLogsThroughAPI runs, in this process, a server (server.Start)
+// whose local agent runs on Docker and serves its log endpoint, then
 // starts the example daemon in a container and reads its output through
 // GET pods/{name}/log: a plain read, tailLines, and a follow that receives
 // lines as the daemon writes them.
@@ -47,56 +36,37 @@ func TestDockerLogsThroughAPI(t *testing.T) {
 	defer cancel()
 	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
 
-	st, err := store.Open(ctx, store.Config{DataDir: t.TempDir(), CompactInterval: -1, Logger: log})
+	// A server whose local agent runs on Docker and serves its log endpoint.
+	srv, err := server.Start(ctx, server.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", CompactInterval: -1, Logger: log,
+		Gossip: agent.GossipOptions{Addr: "127.0.0.1:0", Profile: gossip.ProfileLocal},
+		Agent:  &agent.NodeOptions{Name: node, IP: "127.0.0.1", Runtime: agent.RuntimeDocker, LogListen: "127.0.0.1:0"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
-	nodeToken := "node-token-" + node
-	api, err := apiserver.New(apiserver.Config{Store: st, Authenticator: mhTokens{}, Logger: log,
-		NodeCredential: func(n string) string { return nodeagent.LogToken("node-token-" + n) }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := api.EnsureNamespaces(ctx, "default"); err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(api.Handler())
 	defer srv.Close()
-	defer api.Stop()
-	cli, err := client.NewHTTP(client.Config{Server: srv.URL, Token: "mh-admin", Timeout: 10 * time.Second})
+	cli, err := client.NewHTTP(client.Config{Server: srv.URL(), CAPEM: srv.CAPEM(), Token: srv.AdminToken(), Timeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cli.Close()
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(srv.CAPEM())
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
+	defer hc.CloseIdleConnections()
 
-	rt, err := docker.New(ctx, docker.Config{NodeName: node, Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rt.Close()
-	logLn, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ag, err := nodeagent.New(nodeagent.Config{NodeName: node, NodeIP: "127.0.0.1", Client: cli, Runtime: rt, Logger: log,
-		DataDir: t.TempDir(), LogPort: int32(logLn.Addr().(*net.TCPAddr).Port)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tlsCfg, err := nodeagent.SelfSignedTLS("127.0.0.1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	actx, stopAgent := context.WithCancel(ctx)
-	done := make(chan struct{}, 2)
-	go func() { _ = ag.ServeLogs(actx, logLn, tlsCfg, nodeagent.LogAuthorizer(nodeToken)); done <- struct{}{} }()
-	go func() { _ = ag.Run(actx); done <- struct{}{} }()
-	defer func() {
-		stopAgent()
-		<-done
-		<-done
-	}()
+	// The pod is created once its node is Ready: a node that has not
+	// reported yet carries the not-ready NoExecute taint, and the node
+	// lifecycle controller would evict a pod without tolerations at once.
+	mhEventually(t, time.Minute, "the node Ready", func() error {
+		obj, err := cli.Get(ctx, resources.Nodes, "", node)
+		if err != nil {
+			return err
+		}
+		if st := nodeReadyStatus(obj.(*corev1.Node)); st != corev1.ConditionTrue {
+			return errStr("Ready " + string(st))
+		}
+		return nil
+	})
 
 	grace := int64(2)
 	pod := &corev1.Pod{
@@ -126,9 +96,9 @@ func TestDockerLogsThroughAPI(t *testing.T) {
 	})
 
 	get := func(query string) (int, string) {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/api/v1/namespaces/default/pods/talker/log"+query, nil)
-		req.Header.Set("Authorization", "Bearer mh-admin")
-		resp, err := http.DefaultClient.Do(req)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL()+"/api/v1/namespaces/default/pods/talker/log"+query, nil)
+		req.Header.Set("Authorization", "Bearer "+srv.AdminToken())
+		resp, err := hc.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -154,9 +124,9 @@ func TestDockerLogsThroughAPI(t *testing.T) {
 	// follow: new lines arrive while the daemon writes them.
 	fctx, fcancel := context.WithTimeout(ctx, 20*time.Second)
 	defer fcancel()
-	req, _ := http.NewRequestWithContext(fctx, http.MethodGet, srv.URL+"/api/v1/namespaces/default/pods/talker/log?follow=true&tailLines=0", nil)
-	req.Header.Set("Authorization", "Bearer mh-admin")
-	resp, err := http.DefaultClient.Do(req)
+	req, _ := http.NewRequestWithContext(fctx, http.MethodGet, srv.URL()+"/api/v1/namespaces/default/pods/talker/log?follow=true&tailLines=0", nil)
+	req.Header.Set("Authorization", "Bearer "+srv.AdminToken())
+	resp, err := hc.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,6 +23,10 @@ const (
 	PullFailed
 	// Invalid: the spec asks for something the runtime cannot do.
 	Invalid
+	// MountFailed: a volume could not be set up (a hostPath type check
+	// failed); the Error's Subject is the volume's name and its cause
+	// kubelet's message. The agent retries, as kubelet retries mounts.
+	MountFailed
 )
 
 func (k Kind) String() string {
@@ -37,6 +41,8 @@ func (k Kind) String() string {
 		return "image pull failed"
 	case Invalid:
 		return "invalid container spec"
+	case MountFailed:
+		return "volume setup failed"
 	default:
 		return "runtime error"
 	}
@@ -86,3 +92,6 @@ func IsImageNotFound(err error) bool { return err != nil && KindOf(err) == Image
 
 // IsPullFailed reports whether err says an image pull failed.
 func IsPullFailed(err error) bool { return err != nil && KindOf(err) == PullFailed }
+
+// IsMountFailed reports whether err says a volume could not be set up.
+func IsMountFailed(err error) bool { return err != nil && KindOf(err) == MountFailed }

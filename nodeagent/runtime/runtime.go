@@ -135,6 +135,9 @@ type Image struct {
 	Refs []string
 	// Size in bytes, 0 when unknown.
 	Size int64
+	// User is the user the image's config runs as ("1000", "1000:1000",
+	// "nobody"); empty means root.
+	User string
 }
 
 // Container is one entry of ListContainers.

@@ -3,11 +3,16 @@ package runtime
 // ContainerSpec is a pod container mapped onto runtime-neutral terms by the
 // agent: env is resolved (valueFrom already evaluated), volumes are host paths
 // the agent prepared. A runtime that cannot honour a field fails
-// CreateContainer with an error of kind Invalid naming the field; it never
-// drops a field silently.
+// CreateContainer with an error of kind Invalid naming the field (kind
+// MountFailed for a hostPath whose type check fails); it never drops a field
+// silently.
 type ContainerSpec struct {
 	// Name is the container's name in the pod.
 	Name string
+	// Init marks one of the pod's initContainers, which run to completion
+	// before the app containers start. Docker runs it as any other; the fake
+	// runtime's pretend process exits 0 at once unless annotated otherwise.
+	Init bool
 	// Image is the image reference to run.
 	Image string
 	// Command overrides the image's entrypoint when not empty.
@@ -36,13 +41,18 @@ type ContainerSpec struct {
 	// CapAdd and CapDrop adjust the default capability set ("NET_ADMIN").
 	CapAdd, CapDrop []string
 	// RunAsUser, when set, is the uid the container's process runs as;
-	// RunAsGroup, when set, its primary gid (only together with RunAsUser).
+	// RunAsGroup, when set, its primary gid (without RunAsUser: the image's
+	// user with this group).
 	RunAsUser, RunAsGroup *int64
 	// ReadOnlyRootFilesystem mounts the container's root filesystem read-only.
 	ReadOnlyRootFilesystem bool
 	// NoNewPrivileges sets no_new_privs on the process
 	// (allowPrivilegeEscalation: false).
 	NoNewPrivileges bool
+	// Seccomp is the container's seccomp profile: SeccompRuntimeDefault
+	// (also when empty), SeccompUnconfined, or the absolute path of a JSON
+	// profile on the node (Kubernetes' Localhost type).
+	Seccomp string
 	// Labels are stored on the container and returned by List and Status; the
 	// agent puts the everynode.io labels here.
 	Labels map[string]string
@@ -85,6 +95,31 @@ const (
 	MountTmpfs MountType = "tmpfs"
 )
 
+// Seccomp profiles other than a Localhost file's path.
+const (
+	SeccompRuntimeDefault = "RuntimeDefault"
+	SeccompUnconfined     = "Unconfined"
+)
+
+// Propagation is a bind mount's propagation, as Kubernetes'
+// mountPropagation.
+type Propagation string
+
+// Mount propagations.
+const (
+	// PropagationNone (private): no mount events cross either way.
+	PropagationNone Propagation = ""
+	// PropagationHostToContainer (rslave): mounts the host makes under the
+	// source later appear in the container.
+	PropagationHostToContainer Propagation = "rslave"
+	// PropagationBidirectional (rshared): mounts also go from the container
+	// to the host; only privileged containers may ask for it.
+	PropagationBidirectional Propagation = "rshared"
+)
+
+// HostPathType is a hostPath volume's type, as Kubernetes' (empty: no check).
+type HostPathType string
+
 // Mount is one volume mount.
 type Mount struct {
 	Type MountType
@@ -94,6 +129,16 @@ type Mount struct {
 	Target string
 	// ReadOnly mounts it read-only.
 	ReadOnly bool
+	// Volume is the pod volume's name, for error messages.
+	Volume string
+	// HostPath and HostPathType, for a bind of a hostPath volume, are the
+	// volume's path (Source may lie below it, with a subPath) and type:
+	// checked (for DirectoryOrCreate and FileOrCreate, created) on the node
+	// before the container is created, as kubelet does; see CheckHostPath.
+	HostPath     string
+	HostPathType HostPathType
+	// Propagation of a bind mount.
+	Propagation Propagation
 }
 
 // Resources are container limits; zero means unlimited.

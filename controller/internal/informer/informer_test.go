@@ -2,6 +2,8 @@ package informer
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/everynode/everynode/client"
 	"github.com/everynode/everynode/client/fake"
+	"github.com/everynode/everynode/internal/testkit"
 	"github.com/everynode/everynode/resources"
 )
 
@@ -30,22 +33,19 @@ func TestInformerListsThenWatches(t *testing.T) {
 	if _, ok, _ := inf.GetIndexer().GetByKey("a/p1"); !ok {
 		t.Fatal("listed pod missing")
 	}
-	p2 := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "b", Name: "p2"}, Spec: corev1.PodSpec{NodeName: "n1"}}
+	p2 := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "b", Name: "p2"},
+		Spec: corev1.PodSpec{NodeName: "n1", Containers: []corev1.Container{{Name: "c", Image: "img"}}}}
 	if _, err := fc.Create(ctx, p2, client.WriteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	testkit.Eventually(t, 5*time.Second, func() error {
 		objs, _ := inf.GetIndexer().ByIndex("node", "n1")
 		byNS, _ := inf.GetIndexer().ByIndex(NamespaceIndex, "b")
-		if len(objs) == 1 && len(byNS) == 1 {
-			break
+		if len(objs) != 1 || len(byNS) != 1 {
+			return fmt.Errorf("watched pod not indexed: %d by node n1, %d in namespace b", len(objs), len(byNS))
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("watched pod not indexed")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 	cancel()
 	<-done
 	if n := fc.Watchers(); n != 0 {
@@ -88,19 +88,14 @@ func TestInformerKeepsReadOnlyObjects(t *testing.T) {
 	}
 	watched := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "p2", ResourceVersion: "8"}}
 	f.w.Add(watched)
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		o, ok, _ := inf.GetIndexer().GetByKey("a/p2")
-		if ok {
-			if o != watched {
-				t.Errorf("watched pod in cache = %p, want the served object %p", o, watched)
-			}
-			break
+	testkit.Eventually(t, 5*time.Second, func() error {
+		if _, ok, _ := inf.GetIndexer().GetByKey("a/p2"); !ok {
+			return errors.New("watched pod never cached")
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("watched pod never cached")
-		}
-		time.Sleep(5 * time.Millisecond)
+		return nil
+	})
+	if o, _, _ := inf.GetIndexer().GetByKey("a/p2"); o != watched {
+		t.Errorf("watched pod in cache = %p, want the served object %p", o, watched)
 	}
 	if n := f.Watchers(); n != 0 {
 		t.Errorf("the copying Watch was used: %d watches", n)

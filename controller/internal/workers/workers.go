@@ -11,6 +11,15 @@ import (
 	"k8s.io/utils/clock"
 )
 
+// NewQueue is a controller's work queue: client-go's default controller rate
+// limiter (per-item exponential back-off and an overall token bucket) on clk.
+// Its goroutine runs until ShutDown: a controller's Run shuts it down, and a
+// constructor that fails after NewQueue must shut it down itself.
+func NewQueue[K comparable](clk clock.WithTicker) workqueue.TypedRateLimitingInterface[K] {
+	return workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[K](),
+		workqueue.TypedRateLimitingQueueConfig[K]{Clock: clk})
+}
+
 // ProcessNext takes one key from queue and passes it to sync. A failed key is
 // requeued rate-limited and reported to onError (unless ctx has ended, when
 // failures are expected and not reported); a synced key's rate-limit history

@@ -9,6 +9,8 @@ import (
 
 	"k8s.io/client-go/util/workqueue"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/everynode/everynode/internal/testkit"
 )
 
 func newQueue() workqueue.TypedRateLimitingInterface[string] {
@@ -94,13 +96,7 @@ func TestEvery(t *testing.T) {
 	var wg sync.WaitGroup
 	ticks := make(chan struct{}, 1)
 	Every(ctx, &wg, clk, time.Minute, func() { ticks <- struct{}{} })
-	deadline := time.Now().Add(10 * time.Second)
-	for !clk.HasWaiters() {
-		if time.Now().After(deadline) {
-			t.Fatal("ticker never created")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testkit.EventuallyTrue(t, 10*time.Second, "ticker created", clk.HasWaiters)
 	clk.Step(time.Minute)
 	<-ticks
 	cancel()

@@ -1,12 +1,14 @@
 package docker
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"maps"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -30,7 +32,24 @@ const (
 // labelled for this node. The image must be present (else kind
 // ImageNotFound); a field the engine cannot honour is kind Invalid.
 func (r *Runtime) CreateContainer(ctx context.Context, spec runtime.ContainerSpec) (string, error) {
-	cfg, hc, err := r.configs(spec)
+	for _, m := range spec.Mounts {
+		if m.HostPathType == "" {
+			continue
+		}
+		if err := runtime.CheckHostPath(m.HostPath, m.HostPathType); err != nil {
+			return "", &runtime.Error{Op: "create", Kind: runtime.MountFailed, Subject: m.Volume, Err: err}
+		}
+	}
+	imageUser := ""
+	if spec.RunAsGroup != nil && spec.RunAsUser == nil {
+		// Docker's User is "user:group": keep the image's user.
+		img, err := r.ImageStatus(ctx, spec.Image)
+		if err != nil {
+			return "", err
+		}
+		imageUser = img.User
+	}
+	cfg, hc, err := r.configs(spec, imageUser)
 	if err != nil {
 		return "", err
 	}
@@ -70,8 +89,10 @@ func (r *Runtime) CreateContainer(ctx context.Context, spec runtime.ContainerSpe
 	return resp.ID, nil
 }
 
-// configs maps spec onto the engine's container and host configuration.
-func (r *Runtime) configs(spec runtime.ContainerSpec) (*container.Config, *container.HostConfig, error) {
+// configs maps spec onto the engine's container and host configuration;
+// imageUser is the image's configured user, used only with RunAsGroup
+// without RunAsUser.
+func (r *Runtime) configs(spec runtime.ContainerSpec, imageUser string) (*container.Config, *container.HostConfig, error) {
 	invalid := func(format string, args ...any) error {
 		return runtime.Errorf("create", runtime.Invalid, spec.Name, format, args...)
 	}
@@ -118,7 +139,11 @@ func (r *Runtime) configs(spec runtime.ContainerSpec) (*container.Config, *conta
 	case spec.RunAsUser != nil:
 		cfg.User = strconv.FormatInt(*spec.RunAsUser, 10)
 	case spec.RunAsGroup != nil:
-		return nil, nil, invalid("runAsGroup without runAsUser")
+		user, _, _ := strings.Cut(imageUser, ":")
+		if user == "" {
+			user = "0"
+		}
+		cfg.User = user + ":" + strconv.FormatInt(*spec.RunAsGroup, 10)
 	}
 	if (spec.RunAsUser != nil && *spec.RunAsUser < 0) || (spec.RunAsGroup != nil && *spec.RunAsGroup < 0) {
 		return nil, nil, invalid("negative runAsUser or runAsGroup")
@@ -149,6 +174,11 @@ func (r *Runtime) configs(spec runtime.ContainerSpec) (*container.Config, *conta
 	if spec.NoNewPrivileges {
 		hc.SecurityOpt = append(hc.SecurityOpt, "no-new-privileges")
 	}
+	if opt, err := seccompOpt(spec.Seccomp); err != nil {
+		return nil, nil, invalid("%v", err)
+	} else if opt != "" {
+		hc.SecurityOpt = append(hc.SecurityOpt, opt)
+	}
 	if spec.HostNetwork {
 		hc.NetworkMode = "host"
 	}
@@ -162,6 +192,30 @@ func (r *Runtime) configs(spec runtime.ContainerSpec) (*container.Config, *conta
 		return nil, nil, invalid("%v", err)
 	}
 	return cfg, hc, nil
+}
+
+// seccompOpt is the engine's security option for a seccomp profile: none
+// for the runtime's default (Docker's default profile), "seccomp=unconfined",
+// or the JSON of a profile file on the node (the engine wants the content).
+func seccompOpt(profile string) (string, error) {
+	switch profile {
+	case "", runtime.SeccompRuntimeDefault:
+		return "", nil
+	case runtime.SeccompUnconfined:
+		return "seccomp=unconfined", nil
+	}
+	if !filepath.IsAbs(profile) {
+		return "", fmt.Errorf("seccomp profile %q: want RuntimeDefault, Unconfined or an absolute file path", profile)
+	}
+	b, err := os.ReadFile(profile)
+	if err != nil {
+		return "", fmt.Errorf("seccomp profile: %w (put the Localhost profile there)", err)
+	}
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, b); err != nil {
+		return "", fmt.Errorf("seccomp profile %s: not JSON: %w", profile, err)
+	}
+	return "seccomp=" + buf.String(), nil
 }
 
 func mapPorts(spec runtime.ContainerSpec, cfg *container.Config, hc *container.HostConfig) error {
@@ -219,9 +273,20 @@ func mapMounts(mounts []runtime.Mount, hc *container.HostConfig) error {
 			if !filepath.IsAbs(m.Source) || strings.Contains(m.Source, ":") {
 				return fmt.Errorf("%s mount %q: source %q: want an absolute host path without ':'", m.Type, m.Target, m.Source)
 			}
-			bind := m.Source + ":" + m.Target
+			var opts []string
 			if m.ReadOnly {
-				bind += ":ro"
+				opts = append(opts, "ro")
+			}
+			switch m.Propagation {
+			case runtime.PropagationNone:
+			case runtime.PropagationHostToContainer, runtime.PropagationBidirectional:
+				opts = append(opts, string(m.Propagation))
+			default:
+				return fmt.Errorf("mount %q: propagation %q", m.Target, m.Propagation)
+			}
+			bind := m.Source + ":" + m.Target
+			if len(opts) > 0 {
+				bind += ":" + strings.Join(opts, ",")
 			}
 			hc.Binds = append(hc.Binds, bind)
 		case runtime.MountTmpfs:

@@ -16,6 +16,7 @@ import (
 	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/go-connections/nat"
 
+	"github.com/everynode/everynode/internal/testkit"
 	"github.com/everynode/everynode/nodeagent/runtime"
 )
 
@@ -175,21 +176,18 @@ func TestRunServesHTTPOnHostPort(t *testing.T) {
 		t.Errorf("running status %+v: want a start time and an IP", st)
 	}
 	url := fmt.Sprintf("http://127.0.0.1:%d/", port)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	var body []byte
+	testkit.Eventually(t, 10*time.Second, func() error {
 		resp, err := http.Get(url)
-		if err == nil {
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if !strings.Contains(string(body), "hostname=web-0") {
-				t.Errorf("answer %q: want hostname=web-0", body)
-			}
-			return
+		if err != nil {
+			return fmt.Errorf("GET %s: %w", url, err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("GET %s: %v", url, err)
-		}
-		time.Sleep(100 * time.Millisecond)
+		defer resp.Body.Close()
+		body, _ = io.ReadAll(resp.Body)
+		return nil
+	})
+	if !strings.Contains(string(body), "hostname=web-0") {
+		t.Errorf("answer %q: want hostname=web-0", body)
 	}
 }
 
@@ -503,20 +501,18 @@ func TestExec(t *testing.T) {
 // waitLog waits until the container's logs contain want ("": any output).
 func waitLog(t *testing.T, r *Runtime, id, want string) string {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		var b bytes.Buffer
+	var b bytes.Buffer
+	testkit.Eventually(t, 15*time.Second, func() error {
+		b.Reset()
 		if err := r.Logs(ctxT(t), id, runtime.LogOptions{}, &b); err != nil {
 			t.Fatalf("Logs: %v", err)
 		}
 		if (want == "" && b.Len() > 0) || (want != "" && strings.Contains(b.String(), want)) {
-			return b.String()
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("logs %q never contained %q", b.String(), want)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return fmt.Errorf("logs %q do not contain %q", b.String(), want)
+	})
+	return b.String()
 }
 
 // TestLogs: all, tail, timestamps, since, stderr interleaved.
@@ -575,42 +571,21 @@ func TestLogs(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for one writer and a polling reader.
-type syncBuffer struct {
-	mu chan struct{}
-	b  bytes.Buffer
-}
-
-func newSyncBuffer() *syncBuffer { return &syncBuffer{mu: make(chan struct{}, 1)} }
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu <- struct{}{}
-	defer func() { <-s.mu }()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu <- struct{}{}
-	defer func() { <-s.mu }()
-	return s.b.String()
-}
-
 // TestLogsFollow: follow streams new lines, ends when ctx is cancelled, and
 // ends by itself when the container stops.
 func TestLogsFollow(t *testing.T) {
 	r := newRuntime(t, "follow")
 	id := run(t, r, testSpec(r, "p", "c", "-every", "100ms", "-exit-after", "-1ns"))
 	ctx, cancel := context.WithCancel(ctxT(t))
-	buf := newSyncBuffer()
+	buf := &testkit.Buffer{}
 	done := make(chan error, 1)
 	go func() { done <- r.Logs(ctx, id, runtime.LogOptions{Follow: true}, buf) }()
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(buf.String(), "tick 3\n") {
-		if time.Now().After(deadline) {
-			t.Fatalf("follow got %q, want tick 3", buf.String())
+	testkit.Eventually(t, 10*time.Second, func() error {
+		if !buf.Contains("tick 3\n") {
+			return fmt.Errorf("follow got %q, want tick 3", buf.String())
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	cancel()
 	select {
 	case err := <-done:

@@ -12,6 +12,7 @@ import (
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/image"
+	"github.com/docker/docker/client"
 
 	"github.com/everynode/everynode/nodeagent/runtime"
 )
@@ -29,7 +30,11 @@ func (r *Runtime) ImageStatus(ctx context.Context, ref string) (runtime.Image, e
 		}
 		return runtime.Image{}, ctxErr(ctx, "image status", ref, err)
 	}
-	return runtime.Image{ID: img.ID, Refs: slices.Concat(img.RepoTags, img.RepoDigests), Size: img.Size}, nil
+	out := runtime.Image{ID: img.ID, Refs: slices.Concat(img.RepoTags, img.RepoDigests), Size: img.Size}
+	if img.Config != nil {
+		out.User = img.Config.User
+	}
+	return out, nil
 }
 
 // PullImage pulls ref from its registry, logging progress (a summary every
@@ -166,4 +171,27 @@ func (p *pullProgress) summary() (done, total int, current, size int64) {
 		size += l.total
 	}
 	return done, total, current, size
+}
+
+// LoadImage loads a `docker save` tarball into the engine (docker load),
+// for images fetched from the everynode servers rather than a registry.
+func (r *Runtime) LoadImage(ctx context.Context, rd io.Reader) error {
+	resp, err := r.cli.ImageLoad(ctx, rd, client.ImageLoadWithQuiet(true))
+	if err != nil {
+		return ctxErr(ctx, "load image", "", err)
+	}
+	defer resp.Body.Close()
+	dec := json.NewDecoder(resp.Body)
+	for {
+		var m pullMessage
+		if err := dec.Decode(&m); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return fmt.Errorf("load image: reading the engine's answer: %w", err)
+		}
+		if m.Error != nil {
+			return fmt.Errorf("load image: %s", m.Error.Message)
+		}
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/client"
 
+	"github.com/everynode/everynode/internal/testkit"
 	"github.com/everynode/everynode/nodeagent/runtime"
 	"github.com/everynode/everynode/nodeagent/runtime/docker/internal/testimage"
 )
@@ -157,18 +158,16 @@ func ctxT(t *testing.T) context.Context {
 // waitState polls the real engine until the container reaches want.
 func waitState(t *testing.T, r *Runtime, id string, want runtime.State) runtime.ContainerStatus {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		st, err := r.ContainerStatus(ctxT(t), id)
-		if err != nil {
+	var st runtime.ContainerStatus
+	testkit.Eventually(t, 20*time.Second, func() error {
+		var err error
+		if st, err = r.ContainerStatus(ctxT(t), id); err != nil {
 			t.Fatalf("ContainerStatus: %v", err)
 		}
-		if st.State == want {
-			return st
+		if st.State != want {
+			return fmt.Errorf("container %s is %s, want %s", id, st.State, want)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("container %s is %s, want %s", id, st.State, want)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
+	return st
 }

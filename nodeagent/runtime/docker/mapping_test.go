@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -70,14 +72,18 @@ func TestConfigsInvalid(t *testing.T) {
 			s.Ports = []runtime.Port{{ContainerPort: 80, HostPort: 81}}
 		}, "hostNetwork"},
 		{"negative limit", func(s *runtime.ContainerSpec) { s.Resources.MemoryBytes = -1 }, "negative"},
-		{"group without user", func(s *runtime.ContainerSpec) { g := int64(5); s.RunAsGroup = &g }, "runAsGroup"},
+		{"propagation", func(s *runtime.ContainerSpec) {
+			s.Mounts = []runtime.Mount{{Type: runtime.MountBind, Source: "/a", Target: "/x", Propagation: "slave"}}
+		}, "propagation"},
+		{"seccomp relative", func(s *runtime.ContainerSpec) { s.Seccomp = "profiles/x.json" }, "seccomp"},
+		{"seccomp missing", func(s *runtime.ContainerSpec) { s.Seccomp = "/nonexistent/x.json" }, "seccomp"},
 		{"negative user", func(s *runtime.ContainerSpec) { u := int64(-1); s.RunAsUser = &u }, "negative"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s := base()
 			tt.edit(&s)
-			_, _, err := r.configs(s)
+			_, _, err := r.configs(s, "")
 			if runtime.KindOf(err) != runtime.Invalid || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("configs = %v; want kind Invalid mentioning %q", err, tt.want)
 			}
@@ -87,7 +93,7 @@ func TestConfigsInvalid(t *testing.T) {
 	s := base()
 	delete(s.Labels, runtime.LabelNode)
 	s.Annotations = map[string]string{"a": "1"}
-	cfg, _, err := r.configs(s)
+	cfg, _, err := r.configs(s, "")
 	if err != nil || cfg.Labels[runtime.LabelNode] != "n1" || cfg.Labels[labelImage] != "img:v1" || cfg.Labels[labelAnnotations] != `{"a":"1"}` {
 		t.Errorf("configs labels = %v, %v", cfg.Labels, err)
 	}
@@ -230,7 +236,7 @@ func TestConfigsSecurity(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			tt.spec.Name, tt.spec.Image = "c", "img:v1"
-			cfg, hc, err := r.configs(tt.spec)
+			cfg, hc, err := r.configs(tt.spec, "")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -238,5 +244,53 @@ func TestConfigsSecurity(t *testing.T) {
 				t.Errorf("user %q rofs %v securityOpt %v; want %q %v %v", cfg.User, hc.ReadonlyRootfs, hc.SecurityOpt, tt.user, tt.rofs, tt.security)
 			}
 		})
+	}
+}
+
+// TestConfigsPodSpec: the pod spec fields of published DaemonSets as the
+// engine is asked for them.
+func TestConfigsPodSpec(t *testing.T) {
+	r := &Runtime{node: "n1"}
+	profile := filepath.Join(t.TempDir(), "audit.json")
+	if err := os.WriteFile(profile, []byte("{\n  \"defaultAction\": \"SCMP_ACT_LOG\"\n}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	gid := int64(5)
+	spec := runtime.ContainerSpec{
+		Name: "c", Image: "img:v1", HostPID: true, Privileged: true, ReadOnlyRootFilesystem: true,
+		CapAdd: []string{"NET_ADMIN", "SYS_TIME"}, CapDrop: []string{"ALL"}, RunAsGroup: &gid, Seccomp: profile,
+		Mounts: []runtime.Mount{
+			{Type: runtime.MountBind, Source: "/var/lib/kubelet", Target: "/var/lib/kubelet", Propagation: runtime.PropagationBidirectional},
+			{Type: runtime.MountBind, Source: "/sys", Target: "/sys", ReadOnly: true, Propagation: runtime.PropagationHostToContainer},
+			{Type: runtime.MountBind, Source: "/etc", Target: "/host/etc", ReadOnly: true},
+			{Type: runtime.MountBind, Source: "/run", Target: "/run"},
+		},
+	}
+	cfg, hc, err := r.configs(spec, "1000:1000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := fmt.Sprintf("user=%s pid=%s privileged=%v rofs=%v capAdd=%v capDrop=%v secopt=%v binds=%v",
+		cfg.User, hc.PidMode, hc.Privileged, hc.ReadonlyRootfs, hc.CapAdd, hc.CapDrop, hc.SecurityOpt, hc.Binds)
+	want := `user=1000:5 pid=host privileged=true rofs=true capAdd=[NET_ADMIN SYS_TIME] capDrop=[ALL] ` +
+		`secopt=[seccomp={"defaultAction":"SCMP_ACT_LOG"}] ` +
+		`binds=[/var/lib/kubelet:/var/lib/kubelet:rshared /sys:/sys:ro,rslave /etc:/host/etc:ro /run:/run]`
+	if got != want {
+		t.Errorf("configs:\n got %s\nwant %s", got, want)
+	}
+
+	for _, tt := range []struct{ seccomp, want string }{
+		{"", "[]"}, {runtime.SeccompRuntimeDefault, "[]"}, {runtime.SeccompUnconfined, "[seccomp=unconfined]"},
+	} {
+		_, hc, err := r.configs(runtime.ContainerSpec{Name: "c", Image: "img:v1", Seccomp: tt.seccomp}, "")
+		if err != nil || fmt.Sprint(hc.SecurityOpt) != tt.want {
+			t.Errorf("seccomp %q: securityOpt %v, %v; want %s", tt.seccomp, hc.SecurityOpt, err, tt.want)
+		}
+	}
+	for imageUser, want := range map[string]string{"": "0:5", "nobody": "nobody:5", "7": "7:5"} {
+		cfg, _, err := r.configs(runtime.ContainerSpec{Name: "c", Image: "img:v1", RunAsGroup: &gid}, imageUser)
+		if err != nil || cfg.User != want {
+			t.Errorf("runAsGroup 5 on image user %q: User %q, %v; want %q", imageUser, cfg.User, err, want)
+		}
 	}
 }

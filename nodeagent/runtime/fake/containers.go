@@ -8,6 +8,9 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net"
+	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -137,6 +140,11 @@ func (f *Fake) CreateContainer(ctx context.Context, spec runtime.ContainerSpec) 
 	after, code, exits, err := parseExit(spec.Annotations, spec.Name)
 	if err != nil {
 		return "", &runtime.Error{Op: "create", Kind: runtime.Invalid, Subject: spec.Name, Err: err}
+	}
+	if spec.Init && !exits {
+		// An init container's command runs to completion: by default the
+		// pretend one succeeds at once.
+		after, code, exits = 0, 0, true
 	}
 	c := &container{
 		id:        newID(),
@@ -292,6 +300,44 @@ func (f *Fake) Exec(ctx context.Context, id string, cmd []string) (int, []byte, 
 		return exec(id, slices.Clone(cmd))
 	}
 	return shell(cmd)
+}
+
+// ProbeHTTP answers an httpGet probe as the pretend processes would: 200
+// when a running container declares the probed port among its ports (a
+// process listens on what it declares), connection refused otherwise.
+func (f *Fake) ProbeHTTP(ctx context.Context, u *url.URL, _ http.Header) (int, error) {
+	if err := f.probePort(u.Host); err != nil {
+		return 0, err
+	}
+	return http.StatusOK, nil
+}
+
+// ProbeTCP answers a tcpSocket probe the same way.
+func (f *Fake) ProbeTCP(ctx context.Context, addr string) error { return f.probePort(addr) }
+
+func (f *Fake) probePort(hostport string) error {
+	_, p, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return err
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	now := f.clock.Now()
+	for _, c := range f.containers {
+		if c.settle(now); c.state != runtime.StateRunning {
+			continue
+		}
+		for _, cp := range c.spec.Ports {
+			if int(cp.ContainerPort) == port {
+				return nil
+			}
+		}
+	}
+	return fmt.Errorf("dial tcp %s: connect: connection refused", hostport)
 }
 
 // shell is the built-in pretend shell.

@@ -9,6 +9,14 @@
 // Either key suffixed with ".<container name>" applies to that container
 // only and wins over the plain key (e.g. an init container that exits while
 // the main container runs on: "fake.everynode.io/exit-after.setup": "2s").
+// Without them an init container (ContainerSpec.Init) exits 0 at once, as
+// the command of a published manifest's init container would finish, and
+// any other runs until stopped.
+//
+// It has no host filesystem: hostPath types are not checked (the Docker
+// runtime checks them with runtime.CheckHostPath); a test that wants the
+// agent to see a failed mount injects a MountFailed error into
+// CreateContainer. Image users come from Config.ImageUsers.
 //
 // Time comes from an injected clock (k8s.io/utils/clock), so a test with a
 // fake clock drives crash loops without sleeping. A Fake starts no goroutines:
@@ -63,6 +71,10 @@ type Config struct {
 	Clock clock.Clock
 	// Images are preloaded into the image store ("busybox", "app:v2").
 	Images []string
+	// ImageUsers gives the user an image's config runs as (Image.User), by
+	// reference as in Images or as pulled; images not listed run as root
+	// (empty User), as most do.
+	ImageUsers map[string]string
 	// Unpullable is a path.Match glob; pulls of matching references fail
 	// with kind PullFailed. Empty: every pull succeeds.
 	Unpullable string
@@ -89,6 +101,7 @@ type Fake struct {
 	unpullable string
 	ip         string
 	exec       func(string, []string) (int, []byte, error)
+	imageUsers map[string]string // by normalised reference
 
 	mu         sync.Mutex
 	images     map[string]runtime.Image // by normalised reference
@@ -106,12 +119,16 @@ func New(cfg Config) *Fake {
 		unpullable: cfg.Unpullable,
 		ip:         cfg.IP,
 		exec:       cfg.Exec,
+		imageUsers: make(map[string]string),
 		images:     make(map[string]runtime.Image),
 		containers: make(map[string]*container),
 		errs:       make(map[string][]error),
 	}
 	if f.clock == nil {
 		f.clock = clock.RealClock{}
+	}
+	for ref, u := range cfg.ImageUsers {
+		f.imageUsers[normalize(ref)] = u
 	}
 	for _, ref := range cfg.Images {
 		f.addImage(ref)
@@ -175,7 +192,7 @@ func (f *Fake) addImage(ref string) runtime.Image {
 		return img
 	}
 	sum := sha256.Sum256([]byte(n))
-	img := runtime.Image{ID: "sha256:" + hex.EncodeToString(sum[:]), Refs: []string{n}, Size: 1 << 20}
+	img := runtime.Image{ID: "sha256:" + hex.EncodeToString(sum[:]), Refs: []string{n}, Size: 1 << 20, User: f.imageUsers[n]}
 	f.images[n] = img
 	return img
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -12,6 +13,7 @@ import (
 
 	testingclock "k8s.io/utils/clock/testing"
 
+	"github.com/everynode/everynode/internal/testkit"
 	"github.com/everynode/everynode/nodeagent/runtime"
 )
 
@@ -224,13 +226,7 @@ func TestLogs(t *testing.T) {
 		err := f.Logs(ctx, id, runtime.LogOptions{Follow: true, TailLines: new(int64)}, &b)
 		out <- fmt.Sprint(b.String(), err)
 	}()
-	deadline := time.Now().Add(5 * time.Second)
-	for !clk.HasWaiters() {
-		if time.Now().After(deadline) {
-			t.Fatal("follower never waited on the clock")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testkit.EventuallyTrue(t, 5*time.Second, "the follower waits on the clock", clk.HasWaiters)
 	clk.Step(time.Minute)
 	select {
 	case s := <-out:
@@ -282,5 +278,75 @@ func TestConcurrentUse(t *testing.T) {
 	wg.Wait()
 	if l, _ := f.ListContainers(ctx, nil); len(l) != 0 {
 		t.Errorf("%d containers left", len(l))
+	}
+}
+
+// TestInitContainerExits: an init container without exit annotations
+// succeeds at once (a published manifest's init command finishes); with
+// them it does what they say; an app container runs on.
+func TestInitContainerExits(t *testing.T) {
+	ctx := context.Background()
+	clk := testingclock.NewFakeClock(t0)
+	f := New(Config{Clock: clk, Images: []string{"busybox"}})
+	initSpec := spec(nil)
+	initSpec.Init = true
+	held := spec(map[string]string{AnnotationExitAfter: "1h", AnnotationExitCode: "2"})
+	held.Init = true
+	ids := map[string]struct {
+		state runtime.State
+		code  int
+	}{}
+	for _, tc := range []struct {
+		s     runtime.ContainerSpec
+		state runtime.State
+		code  int
+	}{{initSpec, runtime.StateExited, 0}, {held, runtime.StateRunning, 0}, {spec(nil), runtime.StateRunning, 0}} {
+		id, err := f.CreateContainer(ctx, tc.s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.StartContainer(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		ids[id] = struct {
+			state runtime.State
+			code  int
+		}{tc.state, tc.code}
+	}
+	clk.Step(time.Second)
+	for id, want := range ids {
+		st, err := f.ContainerStatus(ctx, id)
+		if err != nil || st.State != want.state || st.ExitCode != want.code {
+			t.Errorf("%s: %s exit %d, %v; want %s exit %d", id, st.State, st.ExitCode, err, want.state, want.code)
+		}
+	}
+}
+
+// TestNetworkProbes: the pretend processes listen on the ports their
+// containers declare, while running.
+func TestNetworkProbes(t *testing.T) {
+	ctx := context.Background()
+	f := New(Config{Images: []string{"busybox"}})
+	s := spec(nil)
+	s.Ports = []runtime.Port{{ContainerPort: 9808, Protocol: "TCP"}}
+	id, err := f.CreateContainer(ctx, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := &url.URL{Scheme: "http", Host: "10.0.0.7:9808", Path: "/healthz"}
+	if _, err := f.ProbeHTTP(ctx, u, nil); err == nil {
+		t.Error("a created container answered")
+	}
+	if err := f.StartContainer(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if code, err := f.ProbeHTTP(ctx, u, nil); err != nil || code != 200 {
+		t.Errorf("http probe: %d %v", code, err)
+	}
+	if err := f.ProbeTCP(ctx, "10.0.0.7:9808"); err != nil {
+		t.Errorf("tcp probe: %v", err)
+	}
+	if err := f.ProbeTCP(ctx, "10.0.0.7:9809"); err == nil {
+		t.Error("an undeclared port answered")
 	}
 }

@@ -1,19 +1,17 @@
 package cli
 
 import (
-	"flag"
-	"slices"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/everynode/everynode/gossip"
 )
 
 func TestParseAgent(t *testing.T) {
 	c := &AgentCommand{}
-	err := c.parse(strings.Fields("--server https://10.0.0.1:6443 --token K10x --name edge-1 --labels zone=edge,disk=ssd "+
+	err := parse(c, strings.Fields("--server https://10.0.0.1:6443 --token K10x --name edge-1 --labels zone=edge,disk=ssd "+
 		"--taints dedicated=edge:NoSchedule,gpu:NoExecute --runtime fake --data-dir /d --gossip 127.0.0.1:0 --gossip-profile wan "+
-		"--fake-images busybox,app:v2 --fake-unpullable broken* --log-listen 127.0.0.1:0 --leave-on-stop=false"), discard)
+		"--fake-images busybox,app:v2 --fake-unpullable broken* --log-listen 127.0.0.1:0 --leave-on-stop=false"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -23,50 +21,63 @@ func TestParseAgent(t *testing.T) {
 	}
 	base := "--server https://s:6443 --token K10x "
 	for args, want := range map[string]string{
-		"--token K10x":                       "--server is required",
-		"--server http://s:6443 --token K10": "invalid --server",
-		"--server https://s:6443":            "join refused: no --token given; copy <data-dir>/join-token from the server",
-		base + "--labels zone":               "invalid --labels",
-		base + "--taints gpu=yes":            "invalid --taints",
-		base + "--taints gpu:Sometimes":      "invalid --taints",
-		base + "--runtime rkt":               "unknown --runtime",
-		base + "--gossip-profile moon":       "unknown --gossip-profile",
-		base + "--gossip 7946":               "invalid --gossip",
-		base + "--node-ip nope":              "invalid --node-ip",
-		base + "--name Edge_1":               "invalid --name",
-		base + "extra":                       "unexpected arguments",
-		"-h":                                 flag.ErrHelp.Error(),
+		"--token K10x":                                           "--server is required",
+		"--server http://s:6443 --token K10":                     "invalid --server",
+		"--server https://s:6443":                                "join refused: no join token given; copy <data-dir>/join-token from the server and give it with --token-file (or EVERYNODE_TOKEN, or --token)",
+		base + "--token-file /x":                                 "both --token and --token-file given",
+		base + "--labels zone":                                   "invalid --labels",
+		base + "--labels node-role.kubernetes.io/control-plane=": "invalid --labels: a node may not set node-role.kubernetes.io/control-plane on itself",
+		base + "--labels node-restriction.kubernetes.io/x=1":     "invalid --labels: a node may not set node-restriction.kubernetes.io/x on itself",
+		base + "--taints gpu=yes":                                "invalid --taints",
+		base + "--taints gpu:Sometimes":                          "invalid --taints",
+		base + "--runtime rkt":                                   "unknown --runtime",
+		base + "--gossip-profile moon":                           "unknown --gossip-profile",
+		base + "--gossip 7946":                                   "invalid --gossip",
+		base + "--node-ip nope":                                  "invalid --node-ip",
+		base + "--name Edge_1":                                   "invalid --name",
+		base + "extra":                                           "unexpected arguments",
 	} {
-		err := (&AgentCommand{}).parse(strings.Fields(args), discard)
+		err := parse(&AgentCommand{}, strings.Fields(args))
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: err = %v, want %q", args, err, want)
 		}
 	}
 }
 
-// fakeGossip is a gossipMembers with fixed members.
-type fakeGossip struct {
-	members []gossip.MemberInfo
-	hints   chan string
-}
-
-func (f *fakeGossip) Members() []gossip.MemberInfo { return f.members }
-func (f *fakeGossip) Hints() <-chan string         { return f.hints }
-
-func TestServerSeeds(t *testing.T) {
-	g := &fakeGossip{members: []gossip.MemberInfo{
-		{Name: "alive", State: gossip.Alive, Meta: gossip.Meta{Role: gossip.RoleAgent}},
-		{Name: "server-with-agent", State: gossip.Alive, Addr: "10.0.0.1:7946", Meta: gossip.Meta{Role: gossip.RoleServer, AgentAddr: "10.0.0.1:10250"}},
-		{Name: "everynode-server-x", State: gossip.Alive, Addr: "10.0.0.2:7946", Meta: gossip.Meta{Role: gossip.RoleServer}},
-		{Name: "gone-server", State: gossip.Dead, Addr: "10.0.0.3:7946", Meta: gossip.Meta{Role: gossip.RoleServer}},
-	}}
-	if got := serverSeeds(g); !slices.Equal(got, []string{"10.0.0.1:7946", "10.0.0.2:7946"}) {
-		t.Errorf("serverSeeds = %v", got)
+// TestAgentTokenSources: the join token comes from --token (with a warning
+// at run time), --token-file or EVERYNODE_TOKEN, in that order.
+func TestAgentTokenSources(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "join-token")
+	if err := os.WriteFile(file, []byte("K10file\n"), 0o600); err != nil {
+		t.Fatal(err)
 	}
-}
-
-func TestMergeSeeds(t *testing.T) {
-	if got := mergeSeeds([]string{"a", "b"}, []string{"b", "c"}); !slices.Equal(got, []string{"a", "b", "c"}) {
-		t.Errorf("mergeSeeds = %v", got)
+	env := &Main{Getenv: func(k string) string {
+		if k == TokenEnv {
+			return " K10env\n"
+		}
+		return ""
+	}}
+	for _, tt := range []struct {
+		args   string
+		main   *Main
+		want   string
+		onArgv bool
+	}{
+		{"--token K10argv", env, "K10argv", true},
+		{"--token-file " + file, env, "K10file", false},
+		{"", env, "K10env", false},
+	} {
+		c := &AgentCommand{main: tt.main}
+		if err := parse(c, strings.Fields("--server https://s:6443 "+tt.args)); err != nil {
+			t.Fatalf("%q: %v", tt.args, err)
+		}
+		got, err := c.joinToken()
+		if err != nil || got != tt.want || c.tokenOnArgv != tt.onArgv {
+			t.Errorf("%q: token %q (%v) onArgv %v, want %q %v", tt.args, got, err, c.tokenOnArgv, tt.want, tt.onArgv)
+		}
+	}
+	c := &AgentCommand{tokenFile: filepath.Join(t.TempDir(), "missing")}
+	if _, err := c.joinToken(); err == nil || !strings.Contains(err.Error(), "cannot read --token-file") {
+		t.Errorf("missing token file: %v", err)
 	}
 }

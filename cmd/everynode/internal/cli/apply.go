@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/spf13/pflag"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
 
@@ -31,15 +33,11 @@ type ApplyCommand struct {
 	filename string
 }
 
-func (c *ApplyCommand) parse(args []string, std IO) error {
-	fs := newFlagSet("apply", "apply -f FILE|DIR|- [-n NS]", std.Out)
-	c.register(fs.FlagSet)
-	fs.StringVar(&c.filename, "filename", "", "file, directory or - (stdin) with the objects to apply")
-	fs.StringVar(&c.filename, "f", "", "shorthand for --filename")
-	pos, err := fs.parse(args)
-	if err != nil {
-		return err
-	}
+func (c *ApplyCommand) flags(fs *pflag.FlagSet) {
+	fs.StringVarP(&c.filename, "filename", "f", "", "file, directory or - (stdin) with the objects to apply")
+}
+
+func (c *ApplyCommand) complete(pos []string) error {
 	if len(pos) > 0 {
 		return usageError(fmt.Sprintf("unexpected arguments %q", pos), "apply takes only -f")
 	}
@@ -52,10 +50,7 @@ func (c *ApplyCommand) parse(args []string, std IO) error {
 // Run implements the command: for each object, create it when it does not
 // exist, else update it (three-way merge of the last-applied manifest, the
 // new manifest and the live object, written with the live resourceVersion).
-func (c *ApplyCommand) Run(ctx context.Context, args []string, std IO) error {
-	if err := c.parse(args, std); err != nil {
-		return err
-	}
+func (c *ApplyCommand) Run(ctx context.Context, std IO) error {
 	ms, err := readManifests(c.filename, std.In)
 	if err != nil {
 		return err
@@ -85,6 +80,16 @@ func (c *ApplyCommand) Run(ctx context.Context, args []string, std IO) error {
 }
 
 func (c *ApplyCommand) applyOne(ctx context.Context, h client.Interface, m manifest) (string, error) {
+	result, _, err := applyManifest(ctx, h, m, c.clientFlags, false)
+	return result, err
+}
+
+// applyManifest applies one manifest as "everynode apply" does and returns
+// the result word (created, configured, unchanged) and the object as the
+// server answered (the live one when unchanged). With dryRun every write
+// is sent with dryRun=All: the server checks and answers it in full and
+// stores nothing.
+func applyManifest(ctx context.Context, h client.Interface, m manifest, c clientFlags, dryRun bool) (string, client.Object, error) {
 	md, _ := m.raw["metadata"].(map[string]any)
 	if md == nil {
 		md = map[string]any{}
@@ -92,7 +97,7 @@ func (c *ApplyCommand) applyOne(ctx context.Context, h client.Interface, m manif
 	}
 	name, _ := md["name"].(string)
 	if name == "" {
-		return "", withFix(fmt.Errorf("error when applying %s: %s has no metadata.name", m.source, m.r.Kind), "give every object a name")
+		return "", nil, withFix(fmt.Errorf("error when applying %s: %s has no metadata.name", m.source, m.r.Kind), "give every object a name")
 	}
 	ns := ""
 	if m.r.Namespaced {
@@ -102,7 +107,7 @@ func (c *ApplyCommand) applyOne(ctx context.Context, h client.Interface, m manif
 			ns = c.ns()
 			md["namespace"] = ns
 		case c.namespace != "" && ns != c.namespace:
-			return "", withFix(fmt.Errorf("the namespace from the provided object %q does not match the namespace %q", ns, c.namespace),
+			return "", nil, withFix(fmt.Errorf("the namespace from the provided object %q does not match the namespace %q", ns, c.namespace),
 				fmt.Sprintf("pass --namespace=%s or remove -n", ns))
 		}
 	}
@@ -117,7 +122,7 @@ func (c *ApplyCommand) applyOne(ctx context.Context, h client.Interface, m manif
 	}
 	lastApplied, err := json.Marshal(m.raw)
 	if err != nil {
-		return "", fmt.Errorf("encode %s: %w", name, err)
+		return "", nil, fmt.Errorf("encode %s: %w", name, err)
 	}
 	if annotations == nil {
 		annotations = map[string]any{}
@@ -126,47 +131,59 @@ func (c *ApplyCommand) applyOne(ctx context.Context, h client.Interface, m manif
 	md["annotations"] = annotations
 	modified, err := json.Marshal(m.raw)
 	if err != nil {
-		return "", fmt.Errorf("encode %s: %w", name, err)
+		return "", nil, fmt.Errorf("encode %s: %w", name, err)
 	}
 	desired := m.r.New()
 	if err := json.Unmarshal(modified, desired); err != nil {
-		return "", fmt.Errorf("decode %s: %w", name, err)
+		return "", nil, fmt.Errorf("decode %s: %w", name, err)
 	}
 
-	opts := client.WriteOptions{FieldManager: applyFieldManager}
+	opts := client.WriteOptions{FieldManager: applyFieldManager, DryRun: dryRun}
 	cur, err := h.Get(ctx, m.r, ns, name)
 	if apierrors.IsNotFound(err) {
-		if _, err := h.Create(ctx, desired, opts); err != nil {
-			return "", annotateAPIError(err, "creating", m.source)
+		out, err := h.Create(ctx, desired, opts)
+		if err != nil {
+			return "", nil, annotateAPIError(err, "creating", m.source)
 		}
-		return "created", nil
+		return "created", out, nil
 	}
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	for attempt := 1; ; attempt++ {
 		next, changed, err := mergeApplied(m, cur, modified)
 		if err != nil {
-			return "", err
+			return "", nil, err
 		}
 		if !changed {
-			return "unchanged", nil
+			return "unchanged", cur, nil
 		}
 		upd, err := h.Update(ctx, next, opts)
 		if apierrors.IsConflict(err) && attempt < maxApplyAttempts {
 			if cur, err = h.Get(ctx, m.r, ns, name); err != nil {
-				return "", err
+				return "", nil, err
 			}
 			continue
 		}
 		if err != nil {
-			return "", annotateAPIError(err, "applying patch to", m.source)
+			return "", nil, annotateAPIError(err, "applying patch to", m.source)
 		}
-		if upd.GetResourceVersion() == cur.GetResourceVersion() {
-			return "unchanged", nil
+		// A write that changed nothing keeps the resourceVersion; a dry
+		// run always does, so its answer is compared instead.
+		if !dryRun && upd.GetResourceVersion() == cur.GetResourceVersion() || dryRun && sameContent(upd, cur) {
+			return "unchanged", upd, nil
 		}
-		return "configured", nil
+		return "configured", upd, nil
 	}
+}
+
+// sameContent reports whether two versions of an object are the same but
+// for their managedFields.
+func sameContent(a, b client.Object) bool {
+	a, b = a.DeepCopyObject().(client.Object), b.DeepCopyObject().(client.Object)
+	a.SetManagedFields(nil)
+	b.SetManagedFields(nil)
+	return apiequality.Semantic.DeepEqual(a, b)
 }
 
 // mergeApplied computes the object to write: the live object with the

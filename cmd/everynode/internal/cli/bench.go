@@ -13,91 +13,97 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/everynode/everynode/bench"
+	"github.com/spf13/pflag"
+
+	"github.com/everynode/everynode/gossip"
+	"github.com/everynode/everynode/internal/bench"
 )
 
-// BenchCommand is "everynode bench": "fleet" runs the fleet benchmark,
-// "report" renders results as docs/benchmarks.md.
-type BenchCommand struct{}
+// benchFleetCommand is "everynode bench fleet": a simulated fleet against a
+// real server, measured (package bench).
+type benchFleetCommand struct {
+	nodes                          int
+	asJSON, gsp, rollout, detect   bool
+	cpuProfile, logLevel, agentBin string
+	memProfile                     string
+	idle, soak, idleTraffic        time.Duration
+	gossipProfile                  string
+	agentProcs, cpuLoad            int
+	unreachable                    int
+	unreachableBlocks              bool
 
-// Run dispatches to the bench subcommands.
-func (c *BenchCommand) Run(ctx context.Context, args []string, std IO) error {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
-		fmt.Fprint(std.Out, "Usage:\n  everynode bench fleet --nodes N [--json] [--gossip] [--rollout] [--detect] [--agent-procs K] [--cpu-load N] [--soak D] [--cpuprofile FILE]\n  everynode bench report [-o FILE] [--command CMD] [--notes FILE] RESULT.json...\n")
-		if len(args) == 0 {
-			return usageError("no bench subcommand given", "use \"everynode bench fleet --nodes 100\"")
-		}
-		return nil
-	}
-	switch args[0] {
-	case "fleet":
-		return c.fleet(ctx, args[1:], std)
-	case "report":
-		return c.report(args[1:], std)
-	case "agents":
-		// Hidden: the child process of "bench fleet --agent-procs" and
-		// "--cpu-load", driven over its stdin and stdout.
-		return c.agents(ctx, args[1:], std)
-	}
-	return usageError(fmt.Sprintf("unknown bench subcommand %q", args[0]), "use fleet or report")
+	level slog.Level
 }
 
-func (c *BenchCommand) fleet(ctx context.Context, args []string, std IO) error {
-	var (
-		nodes                          int
-		asJSON, gsp, rollout, detect   bool
-		cpuProfile, logLevel, agentBin string
-		memProfile                     string
-		idle, soak                     time.Duration
-		agentProcs, cpuLoad            int
-	)
-	fs := newFlagSet("bench fleet", "bench fleet --nodes N [--json] [--gossip] [--rollout] [--detect] [--agent-procs K] [--cpu-load N] [--soak D] [--cpuprofile FILE]", std.Out)
-	fs.IntVar(&nodes, "nodes", 100, "number of simulated nodes")
-	fs.BoolVar(&asJSON, "json", false, "print the result as JSON")
-	fs.BoolVar(&gsp, "gossip", false, fmt.Sprintf("make every simulated node a gossip member (up to %d nodes)", bench.MaxGossipNodes))
-	fs.BoolVar(&rollout, "rollout", false, "measure an image rollout (maxUnavailable 10%)")
-	fs.BoolVar(&detect, "detect", false, fmt.Sprintf("measure failure detection of a killed node (turns gossip on; up to %d nodes)", bench.MaxGossipNodes))
-	fs.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the measured phases (convergence, rollout, detect) to FILE")
-	fs.StringVar(&memProfile, "memprofile", "", "write a heap profile of the server alone (after the agents stopped) to FILE")
-	fs.StringVar(&logLevel, "log-level", "warn", "log level: debug, info, warn or error")
-	fs.StringVar(&agentBin, "agent-binary", "", "everynode binary run as the separate agent process (default: this one; \"none\" skips agent_rss_mb)")
-	fs.DurationVar(&soak, "soak", 0, "keep the fleet running this long after the timed phases, counting false NotReady")
-	fs.DurationVar(&idle, "agent-idle", bench.DefaultAgentIdle, "how long the separate agent process idles before its RSS is read")
-	fs.IntVar(&agentProcs, "agent-procs", 0, "run the simulated agents in K child processes (0: in this process, for profiling), so server_rss_mb is the server's own")
-	fs.IntVar(&cpuLoad, "cpu-load", 0, "keep N goroutines busy in a separate child process from all Nodes Ready to the end of the run")
-	pos, err := fs.parse(args)
-	if err != nil {
-		return err
-	}
+func (c *benchFleetCommand) flags(fs *pflag.FlagSet) {
+	fs.IntVar(&c.nodes, "nodes", 100, "number of simulated nodes")
+	fs.BoolVar(&c.asJSON, "json", false, "print the result as JSON")
+	fs.BoolVar(&c.gsp, "gossip", false, fmt.Sprintf("make every simulated node a gossip member (up to %d nodes)", bench.MaxGossipNodes))
+	fs.BoolVar(&c.rollout, "rollout", false, "measure an image rollout (maxUnavailable 10%)")
+	fs.BoolVar(&c.detect, "detect", false, fmt.Sprintf("measure failure detection of a killed node (turns gossip on; up to %d nodes)", bench.MaxGossipNodes))
+	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured phases (convergence, rollout, detect) to FILE")
+	fs.StringVar(&c.memProfile, "memprofile", "", "write a heap profile of the server alone (after the agents stopped) to FILE")
+	fs.StringVar(&c.logLevel, "log-level", "warn", "log level: debug, info, warn or error")
+	fs.StringVar(&c.agentBin, "agent-binary", "", "everynode binary run as the separate agent process (default: this one; \"none\" skips agent_rss_mb)")
+	fs.DurationVar(&c.soak, "soak", 0, "keep the fleet running this long after the timed phases, counting false NotReady")
+	fs.DurationVar(&c.idle, "agent-idle", bench.DefaultAgentIdle, "how long the separate agent process idles before its RSS is read")
+	fs.IntVar(&c.agentProcs, "agent-procs", 0, "run the simulated agents in K child processes (0: in this process, for profiling), so server_rss_mb is the server's own")
+	fs.IntVar(&c.cpuLoad, "cpu-load", 0, "keep N goroutines busy in a separate child process from all Nodes Ready to the end of the run")
+	fs.StringVar(&c.gossipProfile, "gossip-profile", gossip.ProfileLAN, "gossip profile of the server and the simulated nodes: lan, wan or local (with wan the server pings the agents' API connections every 10 s instead of 1 s)")
+	fs.DurationVar(&c.idleTraffic, "idle-traffic", 0, "once every pod runs, count each agent's idle network traffic (API connections and gossip, bytes/s in and out) over this long; agents then post Node status at the real agent's 10 s period (0: not measured)")
+	fs.IntVar(&c.unreachable, "rollout-unreachable", 0, "measure one more image rollout (maxUnavailable 10%) during which PCT % of the nodes are stopped mid-rollout (0: none)")
+	fs.BoolVar(&c.unreachableBlocks, "unreachable-blocks", false, "run that rollout with rollout.everynode.io/unreachable-blocks \"true\" (Kubernetes' rule), for comparison")
+}
+
+func (c *benchFleetCommand) complete(pos []string) error {
 	if len(pos) > 0 {
 		return usageError(fmt.Sprintf("unexpected arguments %q", pos), "bench fleet takes only flags")
 	}
-	if nodes < 1 {
+	if c.nodes < 1 {
 		return usageError("--nodes must be at least 1", "e.g. --nodes 100")
 	}
-	if agentProcs < 0 || cpuLoad < 0 {
+	switch c.gossipProfile {
+	case gossip.ProfileLAN, gossip.ProfileWAN, gossip.ProfileLocal:
+	default:
+		return usageError(fmt.Sprintf("--gossip-profile %q is not a profile", c.gossipProfile), "use lan, wan or local")
+	}
+	if c.idleTraffic < 0 {
+		return usageError("--idle-traffic must not be negative", "e.g. --idle-traffic 60s")
+	}
+	if c.agentProcs < 0 || c.cpuLoad < 0 {
 		return usageError("--agent-procs and --cpu-load must not be negative", "e.g. --agent-procs 2 --cpu-load 2")
 	}
-	level, err := parseLogLevel(logLevel)
-	if err != nil {
-		return err
+	if c.unreachable < 0 || c.unreachable > 50 {
+		return usageError("--rollout-unreachable must be a percentage from 0 to 50", "e.g. --rollout-unreachable 5")
 	}
-	log := slog.New(slog.NewTextHandler(std.Err, &slog.HandlerOptions{Level: level}))
-	cfg := bench.Config{Nodes: nodes, Gossip: gsp, Rollout: rollout, Detect: detect, AgentIdle: idle, Soak: soak, Logger: log,
-		AgentProcs: agentProcs, CPULoad: cpuLoad}
-	if agentProcs > 0 || cpuLoad > 0 {
+	if c.unreachableBlocks && c.unreachable == 0 {
+		return usageError("--unreachable-blocks needs --rollout-unreachable", "e.g. --rollout-unreachable 5 --unreachable-blocks")
+	}
+	var err error
+	c.level, err = parseLogLevel(c.logLevel)
+	return err
+}
+
+// Run runs the benchmark and prints its result.
+func (c *benchFleetCommand) Run(ctx context.Context, std IO) error {
+	log := slog.New(slog.NewTextHandler(std.Err, &slog.HandlerOptions{Level: c.level}))
+	cfg := bench.Config{Nodes: c.nodes, Gossip: c.gsp, Rollout: c.rollout, Detect: c.detect, AgentIdle: c.idle, Soak: c.soak, Logger: log,
+		GossipProfile: c.gossipProfile, IdleTraffic: c.idleTraffic,
+		AgentProcs: c.agentProcs, CPULoad: c.cpuLoad, RolloutUnreachable: c.unreachable, UnreachableBlocks: c.unreachableBlocks}
+	if c.agentProcs > 0 || c.cpuLoad > 0 {
 		self, err := os.Executable()
 		if err != nil {
 			return fmt.Errorf("find this binary: %w", err)
 		}
 		cfg.AgentsCommand = func(ctx context.Context) *exec.Cmd {
-			cmd := exec.CommandContext(ctx, self, "bench", "agents", "--log-level", logLevel)
+			cmd := exec.CommandContext(ctx, self, "bench", "agents", "--log-level", c.logLevel)
 			cmd.Stderr = std.Err
 			return cmd
 		}
 	}
-	if agentBin != "none" {
+	if agentBin := c.agentBin; agentBin != "none" {
 		if agentBin == "" {
+			var err error
 			if agentBin, err = os.Executable(); err != nil {
 				return fmt.Errorf("find this binary: %w", err)
 			}
@@ -112,16 +118,16 @@ func (c *BenchCommand) fleet(ctx context.Context, args []string, std IO) error {
 			return cmd
 		}
 	}
-	if memProfile != "" {
-		f, err := os.Create(memProfile)
+	if c.memProfile != "" {
+		f, err := os.Create(c.memProfile)
 		if err != nil {
 			return fmt.Errorf("heap profile: %w", err)
 		}
 		defer f.Close()
 		cfg.HeapProfile = f
 	}
-	if cpuProfile != "" {
-		f, err := os.Create(cpuProfile)
+	if c.cpuProfile != "" {
+		f, err := os.Create(c.cpuProfile)
 		if err != nil {
 			return fmt.Errorf("cpu profile: %w", err)
 		}
@@ -148,7 +154,7 @@ func (c *BenchCommand) fleet(ctx context.Context, args []string, std IO) error {
 	if err != nil {
 		return err
 	}
-	if asJSON {
+	if c.asJSON {
 		enc := json.NewEncoder(std.Out)
 		enc.SetIndent("", "  ")
 		return enc.Encode(res)
@@ -157,28 +163,33 @@ func (c *BenchCommand) fleet(ctx context.Context, args []string, std IO) error {
 	return nil
 }
 
-// agents is the hidden "bench agents": it serves the control protocol of
-// bench.ServeAgents on stdin and stdout until stdin closes.
-func (c *BenchCommand) agents(ctx context.Context, args []string, std IO) error {
-	var logLevel string
-	fs := newFlagSet("bench agents", "bench agents [--log-level LEVEL] (run by \"bench fleet --agent-procs\")", std.Out)
-	fs.StringVar(&logLevel, "log-level", "warn", "log level: debug, info, warn or error")
-	pos, err := fs.parse(args)
-	if err != nil {
-		return err
-	}
+// benchAgentsCommand is the hidden "bench agents": it serves the control
+// protocol of bench.ServeAgents on stdin and stdout until stdin closes.
+type benchAgentsCommand struct {
+	logLevel string
+	level    slog.Level
+}
+
+func (c *benchAgentsCommand) flags(fs *pflag.FlagSet) {
+	fs.StringVar(&c.logLevel, "log-level", "warn", "log level: debug, info, warn or error")
+}
+
+func (c *benchAgentsCommand) complete(pos []string) error {
 	if len(pos) > 0 {
 		return usageError(fmt.Sprintf("unexpected arguments %q", pos), "bench agents takes only flags")
 	}
-	level, err := parseLogLevel(logLevel)
-	if err != nil {
-		return err
-	}
+	var err error
+	c.level, err = parseLogLevel(c.logLevel)
+	return err
+}
+
+// Run serves the agents until stdin closes.
+func (c *benchAgentsCommand) Run(ctx context.Context, std IO) error {
 	in, ok := std.In.(io.ReadCloser)
 	if !ok {
 		in = io.NopCloser(std.In)
 	}
-	log := slog.New(slog.NewTextHandler(std.Err, &slog.HandlerOptions{Level: level})).With("pid", os.Getpid())
+	log := slog.New(slog.NewTextHandler(std.Err, &slog.HandlerOptions{Level: c.level})).With("pid", os.Getpid())
 	return bench.ServeAgents(ctx, in, std.Out, log)
 }
 
@@ -213,6 +224,30 @@ func printFleet(out io.Writer, r *bench.Result) {
 		r.Writes.Total, r.Writes.PodCreates, r.Writes.PodUpdates, r.Writes.DaemonSetWrites, r.Writes.Other, r.Writes.Bytes)
 	f("rollout_s", r.RolloutS, "s")
 	f("rollout_cpu_s", r.RolloutCPUS, "CPU s (this process)")
+	if r.UnreachablePct > 0 {
+		rule := "everynode's rule"
+		if r.UnreachableBlocks {
+			rule = "unreachable-blocks: Kubernetes' rule"
+		}
+		fmt.Fprintf(tw, "unreachable\t%d nodes\tstopped %.2f s into the rollout (%s)\n", r.UnreachableNodes, r.UnreachableStoppedAtS, rule)
+		f("rollout_reachable_s", r.RolloutReachableS, "s (update → every reachable node runs the new image, Ready)")
+		if r.RolloutStatusS > 0 {
+			f("rollout_status_s", r.RolloutStatusS, "s (update → status complete as kubectl rollout status checks it)")
+		} else {
+			fmt.Fprintf(tw, "rollout_status_s\tnever\tstatus not complete %.0f s after every reachable node was updated\n", r.UnreachableStatusWaitS)
+		}
+		fmt.Fprintf(tw, "unreachable_status\t%s\t\n", r.UnreachableStatus)
+		f("rollout_unreachable_cpu_s", r.RolloutUnreachableCPUS, "CPU s (this process)")
+	}
+	if r.IdleTrafficS > 0 {
+		fmt.Fprintf(tw, "idle traffic\tper agent\tover %.0f s, gossip profile %s (no IP/TCP/UDP headers)\n", r.IdleTrafficS, orNone(r.GossipProfile))
+		f("idle_bytes_per_s_in", r.IdleBytesPerSIn, "B/s (API + gossip)")
+		f("idle_bytes_per_s_out", r.IdleBytesPerSOut, "B/s (API + gossip)")
+		f("idle_api_bytes_per_s_in", r.IdleAPIBytesPerSIn, "B/s (TLS records: watches, heartbeats, HTTP/2 pings)")
+		f("idle_api_bytes_per_s_out", r.IdleAPIBytesPerSOut, "B/s")
+		f("idle_gossip_bytes_per_s_in", r.IdleGossipBytesPerSIn, fmt.Sprintf("B/s (%.2f UDP datagrams/s)", r.IdleGossipPacketsPerSIn))
+		f("idle_gossip_bytes_per_s_out", r.IdleGossipBytesPerSOut, fmt.Sprintf("B/s (%.2f UDP datagrams/s)", r.IdleGossipPacketsPerSOut))
+	}
 	f("detect_s", r.DetectS, "s (node killed → Node Ready≠True)")
 	f("detect_member_s", r.DetectMemberS, "s (node killed → the server's gossip member lists it dead)")
 	fmt.Fprintf(tw, "false_notready\t%d\tover %.0f s (highest 1-min load %.2f)\n", r.FalseNotReady, r.WatchedS, r.LoadAvgMax1)
@@ -246,21 +281,31 @@ func printFleet(out io.Writer, r *bench.Result) {
 	}
 }
 
-func (c *BenchCommand) report(args []string, std IO) error {
-	var outPath, command, notes string
-	fs := newFlagSet("bench report", "bench report [-o FILE] [--command CMD] [--notes FILE] RESULT.json...", std.Out)
-	fs.StringVar(&outPath, "o", "", "write the markdown to FILE (default: stdout)")
-	fs.StringVar(&command, "command", "make bench-fleet", "the command named in the report")
-	fs.StringVar(&notes, "notes", "", "a markdown file appended to the report (analysis)")
-	pos, err := fs.parse(args)
-	if err != nil {
-		return err
-	}
+// benchReportCommand is "everynode bench report": results of "bench fleet
+// --json" rendered as docs/benchmarks.md.
+type benchReportCommand struct {
+	outPath, command, notes string
+	files                   []string
+}
+
+func (c *benchReportCommand) flags(fs *pflag.FlagSet) {
+	fs.StringVarP(&c.outPath, "output", "o", "", "write the markdown to FILE (default: stdout)")
+	fs.StringVar(&c.command, "command", "make bench-fleet", "the command named in the report")
+	fs.StringVar(&c.notes, "notes", "", "a markdown file appended to the report (analysis)")
+}
+
+func (c *benchReportCommand) complete(pos []string) error {
 	if len(pos) == 0 {
 		return usageError("no result files given", "give the JSON files of \"everynode bench fleet --json\"")
 	}
+	c.files = pos
+	return nil
+}
+
+// Run renders the report.
+func (c *benchReportCommand) Run(_ context.Context, std IO) error {
 	var results []bench.Result
-	for _, p := range pos {
+	for _, p := range c.files {
 		b, err := os.ReadFile(p)
 		if err != nil {
 			return fmt.Errorf("read result: %w", err)
@@ -271,9 +316,9 @@ func (c *BenchCommand) report(args []string, std IO) error {
 		}
 		results = append(results, r)
 	}
-	rep := bench.Report{Machine: bench.ThisMachine(), Date: time.Now().UTC(), Command: command, Results: results}
-	if notes != "" {
-		b, err := os.ReadFile(notes)
+	rep := bench.Report{Machine: bench.ThisMachine(), Date: time.Now().UTC(), Command: c.command, Results: results}
+	if c.notes != "" {
+		b, err := os.ReadFile(c.notes)
 		if err != nil {
 			return fmt.Errorf("read notes: %w", err)
 		}
@@ -281,9 +326,9 @@ func (c *BenchCommand) report(args []string, std IO) error {
 	}
 	var sb strings.Builder
 	bench.Render(&sb, rep)
-	if outPath == "" {
+	if c.outPath == "" {
 		_, err := io.WriteString(std.Out, sb.String())
 		return err
 	}
-	return os.WriteFile(outPath, []byte(sb.String()), 0o644)
+	return os.WriteFile(c.outPath, []byte(sb.String()), 0o644)
 }

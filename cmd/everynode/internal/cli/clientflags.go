@@ -2,27 +2,27 @@ package cli
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"sort"
 	"strings"
 
+	"github.com/spf13/pflag"
+
 	"github.com/everynode/everynode/client"
 	"github.com/everynode/everynode/resources"
 )
 
-// clientFlags are the flags every client verb shares.
+// clientFlags are the flags every client verb shares. They are the root
+// command's (global) flags, --kubeconfig and -n/--namespace (see newRoot);
+// each client verb embeds a copy, set before it completes.
 type clientFlags struct {
 	kubeconfig string
 	namespace  string
 }
 
-func (c *clientFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "path to the kubeconfig file (default: $KUBECONFIG, else ~/.kube/config)")
-	fs.StringVar(&c.namespace, "namespace", "", "namespace (default: \"default\")")
-	fs.StringVar(&c.namespace, "n", "", "shorthand for --namespace")
-}
+// setClientFlags gives a verb the parsed global flags.
+func (c *clientFlags) setClientFlags(g clientFlags) { *c = g }
 
 // ns returns the namespace to use, "default" unless given.
 func (c *clientFlags) ns() string {
@@ -155,12 +155,11 @@ type targetFlags struct {
 	selector string
 }
 
-// registerTargets adds --all, --selector and -l to fs; every and matching
+// registerTargets adds --all and -l/--selector to fs; every and matching
 // describe what they select ("every node").
-func (t *targetFlags) registerTargets(fs *flag.FlagSet, every, matching string) {
+func (t *targetFlags) registerTargets(fs *pflag.FlagSet, every, matching string) {
 	fs.BoolVar(&t.all, "all", false, every)
-	fs.StringVar(&t.selector, "selector", "", matching)
-	fs.StringVar(&t.selector, "l", "", "shorthand for --selector")
+	fs.StringVarP(&t.selector, "selector", "l", "", matching)
 }
 
 // checkTargets requires names or --all/-l, not both.

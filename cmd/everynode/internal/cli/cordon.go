@@ -6,6 +6,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -31,15 +32,11 @@ func (c *CordonCommand) verb() string {
 	return "cordon"
 }
 
-func (c *CordonCommand) parse(args []string, std IO) error {
-	fs := newFlagSet(c.verb(), c.verb()+" NODE... | -l SELECTOR", std.Out)
-	c.register(fs.FlagSet)
-	fs.StringVar(&c.selector, "selector", "", "every node matching this label selector")
-	fs.StringVar(&c.selector, "l", "", "shorthand for --selector")
-	pos, err := fs.parse(args)
-	if err != nil {
-		return err
-	}
+func (c *CordonCommand) flags(fs *pflag.FlagSet) {
+	fs.StringVarP(&c.selector, "selector", "l", "", "every node matching this label selector")
+}
+
+func (c *CordonCommand) complete(pos []string) error {
 	names, err := nodeNamesArg(pos)
 	if err != nil {
 		return err
@@ -72,10 +69,7 @@ func nodeNamesArg(pos []string) ([]string, error) {
 }
 
 // Run implements the command.
-func (c *CordonCommand) Run(ctx context.Context, args []string, std IO) error {
-	if err := c.parse(args, std); err != nil {
-		return err
-	}
+func (c *CordonCommand) Run(ctx context.Context, std IO) error {
 	h, err := c.connect(c.main)
 	if err != nil {
 		return err

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/spf13/pflag"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
@@ -30,19 +31,16 @@ type DeleteCommand struct {
 	policy metav1.DeletionPropagation
 }
 
-func (c *DeleteCommand) parse(args []string, std IO) error {
-	fs := newFlagSet("delete", "delete KIND NAME... | KIND -l SELECTOR [--cascade=background|foreground|orphan] [--wait=false]", std.Out)
-	c.register(fs.FlagSet)
+func (c *DeleteCommand) flags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.cascade, "cascade", "background", "what happens to dependents: background, foreground or orphan")
-	fs.StringVar(&c.selector, "selector", "", "delete every object matching this label selector")
-	fs.StringVar(&c.selector, "l", "", "shorthand for --selector")
+	fs.StringVarP(&c.selector, "selector", "l", "", "delete every object matching this label selector")
 	fs.BoolVar(&c.wait, "wait", true, "wait until the objects are gone")
 	fs.DurationVar(&c.timeout, "timeout", time.Minute, "how long --wait waits per object")
 	fs.BoolVar(&c.ignoreNotFound, "ignore-not-found", false, "treat a missing object as deleted")
-	pos, err := fs.parse(args)
-	if err != nil {
-		return err
-	}
+}
+
+func (c *DeleteCommand) complete(pos []string) error {
+	var err error
 	if c.r, c.names, err = splitKindNames(pos); err != nil {
 		return err
 	}
@@ -69,10 +67,7 @@ func (c *DeleteCommand) parse(args []string, std IO) error {
 }
 
 // Run implements the command.
-func (c *DeleteCommand) Run(ctx context.Context, args []string, std IO) error {
-	if err := c.parse(args, std); err != nil {
-		return err
-	}
+func (c *DeleteCommand) Run(ctx context.Context, std IO) error {
 	h, err := c.connect(c.main)
 	if err != nil {
 		return err

@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/spf13/pflag"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/everynode/everynode/client"
+	"github.com/everynode/everynode/controller/daemonset"
 	"github.com/everynode/everynode/resources"
 )
 
@@ -29,13 +31,10 @@ type DescribeCommand struct {
 	names []string
 }
 
-func (c *DescribeCommand) parse(args []string, std IO) error {
-	fs := newFlagSet("describe", "describe KIND NAME... [-n NS]", std.Out)
-	c.register(fs.FlagSet)
-	pos, err := fs.parse(args)
-	if err != nil {
-		return err
-	}
+func (c *DescribeCommand) flags(*pflag.FlagSet) {}
+
+func (c *DescribeCommand) complete(pos []string) error {
+	var err error
 	if c.r, c.names, err = splitKindNames(pos); err != nil {
 		return err
 	}
@@ -49,10 +48,7 @@ func (c *DescribeCommand) parse(args []string, std IO) error {
 }
 
 // Run implements the command.
-func (c *DescribeCommand) Run(ctx context.Context, args []string, std IO) error {
-	if err := c.parse(args, std); err != nil {
-		return err
-	}
+func (c *DescribeCommand) Run(ctx context.Context, std IO) error {
 	h, err := c.connect(c.main)
 	if err != nil {
 		return err
@@ -64,9 +60,14 @@ func (c *DescribeCommand) Run(ctx context.Context, args []string, std IO) error 
 			return explainTransport(err, h.Server())
 		}
 		var pods []client.Object
+		var nodes *planSnapshot
 		if ds, ok := obj.(*appsv1.DaemonSet); ok {
 			if sel, err := metav1.LabelSelectorAsSelector(ds.Spec.Selector); err == nil {
 				pods, _, _ = h.List(ctx, resources.Pods, ds.Namespace, client.ListOptions{LabelSelector: sel.String()})
+			}
+			// The per-node table is best effort, as the pods are.
+			if in, err := planInput(ctx, h, ds); err == nil {
+				nodes = &in
 			}
 		}
 		events, err := objectEvents(ctx, h, obj)
@@ -76,7 +77,7 @@ func (c *DescribeCommand) Run(ctx context.Context, args []string, std IO) error 
 		if i > 0 {
 			fmt.Fprintln(std.Out)
 		}
-		if err := describe(std.Out, obj, pods, events, c.main.now()); err != nil {
+		if err := describeWithNodes(std.Out, obj, pods, nodes, events, c.main.now()); err != nil {
 			return err
 		}
 	}
@@ -117,6 +118,12 @@ func eventTime(ev *corev1.Event) time.Time {
 
 // describe writes a kubectl-like description of obj.
 func describe(out io.Writer, obj client.Object, pods []client.Object, events []*corev1.Event, now time.Time) error {
+	return describeWithNodes(out, obj, pods, nil, events, now)
+}
+
+// describeWithNodes is describe with, for a DaemonSet, the per-node table
+// of "rollout status --nodes" computed from nodes (nil: none).
+func describeWithNodes(out io.Writer, obj client.Object, pods []client.Object, nodes *planSnapshot, events []*corev1.Event, now time.Time) error {
 	w := tabwriter.NewWriter(out, 0, 8, 2, ' ', 0)
 	line := func(indent int, format string, args ...any) {
 		fmt.Fprintf(w, strings.Repeat("  ", indent)+format+"\n", args...)
@@ -128,6 +135,12 @@ func describe(out io.Writer, obj client.Object, pods []client.Object, events []*
 	switch o := obj.(type) {
 	case *appsv1.DaemonSet:
 		describeDaemonSet(line, o, pods)
+		if nodes != nil {
+			if err := w.Flush(); err != nil {
+				return err
+			}
+			describeNodeProgress(out, o, *nodes, now)
+		}
 	case *corev1.Pod:
 		describeMeta(line, o)
 		describePod(line, o)
@@ -249,7 +262,7 @@ func describeTemplate(line lineFunc, t *corev1.PodTemplateSpec) {
 	if len(t.Spec.Tolerations) > 0 {
 		var tols []string
 		for _, tol := range t.Spec.Tolerations {
-			tols = append(tols, formatToleration(tol))
+			tols = append(tols, kubectlToleration(tol))
 		}
 		line(1, "Tolerations:\t%s", strings.Join(tols, "\n\t"))
 	}
@@ -316,26 +329,6 @@ func resourceList(rl corev1.ResourceList) string {
 	return strings.Join(parts, ", ")
 }
 
-func formatToleration(t corev1.Toleration) string {
-	s := t.Key
-	if t.Operator == corev1.TolerationOpEqual || (t.Operator == "" && t.Value != "") {
-		s += "=" + t.Value
-	}
-	if t.Effect != "" {
-		s += ":" + string(t.Effect)
-	}
-	if t.Operator == corev1.TolerationOpExists && t.Key != "" {
-		s += " op=Exists"
-	}
-	if s == "" {
-		s = "op=Exists"
-	}
-	if t.TolerationSeconds != nil {
-		s += fmt.Sprintf(" for %ds", *t.TolerationSeconds)
-	}
-	return s
-}
-
 func intOrStringOrNone(v *intstr.IntOrString) string {
 	if v == nil {
 		return "<none>"
@@ -380,11 +373,7 @@ func describePod(line lineFunc, p *corev1.Pod) {
 func describeNode(line lineFunc, n *corev1.Node) {
 	var taints []string
 	for _, t := range n.Spec.Taints {
-		s := t.Key
-		if t.Value != "" {
-			s += "=" + t.Value
-		}
-		taints = append(taints, s+":"+string(t.Effect))
+		taints = append(taints, t.ToString())
 	}
 	line(0, "Taints:\t%s", orNone(strings.Join(taints, "\n\t")))
 	line(0, "Unschedulable:\t%t", n.Spec.Unschedulable)
@@ -422,5 +411,19 @@ func describeEvents(line lineFunc, events []*corev1.Event, now time.Time) {
 			ageStr = fmt.Sprintf("%s (x%d over %s)", cells[0], ev.Count, cells[7])
 		}
 		line(1, "%s\t%s\t%s\t%s\t%s", ev.Type, ev.Reason, ageStr, eventSource(ev), strings.TrimSpace(ev.Message))
+	}
+}
+
+// describeNodeProgress is describe's Nodes section: the table of
+// "rollout status --nodes", indented.
+func describeNodeProgress(out io.Writer, ds *appsv1.DaemonSet, in planSnapshot, now time.Time) {
+	rows, hash := daemonset.Progress(ds, in.nodes, in.pods, in.revs, metav1.NewTime(now))
+	var b strings.Builder
+	writeNodeTable(&b, rows, hash, now)
+	fmt.Fprintf(out, "Nodes (update revision %s):\n", hash)
+	for _, l := range strings.SplitAfter(b.String(), "\n") {
+		if l != "" {
+			io.WriteString(out, "  "+l)
+		}
 	}
 }

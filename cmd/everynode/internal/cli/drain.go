@@ -12,6 +12,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/spf13/pflag"
+
 	"github.com/everynode/everynode/client"
 	"github.com/everynode/everynode/resources"
 )
@@ -32,18 +34,16 @@ type DrainCommand struct {
 	names              []string
 }
 
-func (c *DrainCommand) parse(args []string, std IO) error {
-	fs := newFlagSet("drain", "drain NODE [--ignore-daemonsets] [--delete-emptydir-data] [--force] [--grace-period S] [--timeout D]", std.Out)
-	c.register(fs.FlagSet)
+func (c *DrainCommand) flags(fs *pflag.FlagSet) {
 	fs.BoolVar(&c.ignoreDaemonSets, "ignore-daemonsets", false, "leave DaemonSet-managed pods running instead of refusing")
 	fs.BoolVar(&c.deleteEmptyDirData, "delete-emptydir-data", false, "also delete pods with emptyDir volumes (their data is lost)")
 	fs.BoolVar(&c.force, "force", false, "also delete pods no controller manages (they are not recreated)")
 	fs.Int64Var(&c.gracePeriod, "grace-period", -1, "seconds each pod gets to stop; -1 uses the pod's own")
 	fs.DurationVar(&c.timeout, "timeout", 0, "give up after this long (0: wait forever)")
-	pos, err := fs.parse(args)
-	if err != nil {
-		return err
-	}
+}
+
+func (c *DrainCommand) complete(pos []string) error {
+	var err error
 	if c.names, err = nodeNamesArg(pos); err != nil {
 		return err
 	}
@@ -54,10 +54,7 @@ func (c *DrainCommand) parse(args []string, std IO) error {
 }
 
 // Run implements the command.
-func (c *DrainCommand) Run(ctx context.Context, args []string, std IO) error {
-	if err := c.parse(args, std); err != nil {
-		return err
-	}
+func (c *DrainCommand) Run(ctx context.Context, std IO) error {
 	h, err := c.connect(c.main)
 	if err != nil {
 		return err

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/spf13/pflag"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/yaml"
@@ -32,22 +33,15 @@ type GetCommand struct {
 	printed int // structured documents written, for YAML's "---" separators
 }
 
-// parse reads the command line into the command's fields.
-func (c *GetCommand) parse(args []string, std IO) error {
-	fs := newFlagSet("get", "get KIND[,KIND...]|all [NAME...] [-n NS | -A] [-o wide|yaml|json|name] [-l SELECTOR] [-w]", std.Out)
-	c.register(fs.FlagSet)
-	fs.BoolVar(&c.allNamespaces, "all-namespaces", false, "list across all namespaces")
-	fs.BoolVar(&c.allNamespaces, "A", false, "shorthand for --all-namespaces")
-	fs.StringVar(&c.output, "output", "", "output format: wide, yaml, json or name")
-	fs.StringVar(&c.output, "o", "", "shorthand for --output")
-	fs.StringVar(&c.selector, "selector", "", "label selector (app=x,tier!=db)")
-	fs.StringVar(&c.selector, "l", "", "shorthand for --selector")
-	fs.BoolVar(&c.watch, "watch", false, "after listing, watch for changes")
-	fs.BoolVar(&c.watch, "w", false, "shorthand for --watch")
-	pos, err := fs.parse(args)
-	if err != nil {
-		return err
-	}
+func (c *GetCommand) flags(fs *pflag.FlagSet) {
+	fs.BoolVarP(&c.allNamespaces, "all-namespaces", "A", false, "list across all namespaces")
+	fs.StringVarP(&c.output, "output", "o", "", "output format: wide, yaml, json or name")
+	fs.StringVarP(&c.selector, "selector", "l", "", "label selector (app=x,tier!=db)")
+	fs.BoolVarP(&c.watch, "watch", "w", false, "after listing, watch for changes")
+}
+
+// complete reads the arguments into the command's fields.
+func (c *GetCommand) complete(pos []string) error {
 	if len(pos) == 0 {
 		return usageError("you must specify the type of resource to get", "use one of: "+kindList())
 	}
@@ -76,10 +70,7 @@ func (c *GetCommand) parse(args []string, std IO) error {
 }
 
 // Run implements the command.
-func (c *GetCommand) Run(ctx context.Context, args []string, std IO) error {
-	if err := c.parse(args, std); err != nil {
-		return err
-	}
+func (c *GetCommand) Run(ctx context.Context, std IO) error {
 	h, err := c.connect(c.main)
 	if err != nil {
 		return err

@@ -22,9 +22,9 @@ func TestParseGetMulti(t *testing.T) {
 		kinds   []*resources.Resource
 		wantErr string
 	}{
-		{args: "all", kinds: []*resources.Resource{resources.Pods, resources.DaemonSets}},
+		{args: "all", kinds: []*resources.Resource{resources.Pods, resources.DaemonSets, resources.Services, resources.Deployments}},
 		{args: "ds,po -A", kinds: []*resources.Resource{resources.DaemonSets, resources.Pods}},
-		{args: "nodes,all,ds", kinds: []*resources.Resource{resources.Nodes, resources.Pods, resources.DaemonSets}},
+		{args: "nodes,all,ds", kinds: []*resources.Resource{resources.Nodes, resources.Pods, resources.DaemonSets, resources.Services, resources.Deployments}},
 		{args: "ds", kinds: nil},
 		{args: "all x", wantErr: "names cannot be given"},
 		{args: "ds,widgets", wantErr: `resource type "widgets"`},
@@ -33,7 +33,7 @@ func TestParseGetMulti(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.args, func(t *testing.T) {
 			c := &GetCommand{main: NewMain()}
-			err := c.parse(strings.Fields(tt.args), discard)
+			err := parse(c, strings.Fields(tt.args))
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("err = %v, want %q", err, tt.wantErr)

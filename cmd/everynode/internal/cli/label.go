@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 
@@ -38,15 +39,13 @@ func (c *LabelCommand) verb() string {
 	return "label"
 }
 
-func (c *LabelCommand) parse(args []string, std IO) error {
-	fs := newFlagSet(c.verb(), c.verb()+" KIND NAME... | KIND --all | KIND -l SELECTOR  KEY=VALUE... KEY-... [--overwrite] [-n NS]", std.Out)
-	c.register(fs.FlagSet)
+func (c *LabelCommand) flags(fs *pflag.FlagSet) {
 	fs.BoolVar(&c.overwrite, "overwrite", false, "allow changing an existing value")
-	c.registerTargets(fs.FlagSet, "every object of the kind (in the namespace)", "every object matching this label selector")
-	pos, err := fs.parse(args)
-	if err != nil {
-		return err
-	}
+	c.registerTargets(fs, "every object of the kind (in the namespace)", "every object matching this label selector")
+}
+
+func (c *LabelCommand) complete(pos []string) error {
+	var err error
 	var objs, specs []string
 	for _, a := range pos {
 		if strings.Contains(a, "=") || strings.HasSuffix(a, "-") {
@@ -111,10 +110,7 @@ func parseKeyValues(specs []string, labels bool) (map[string]string, []string, e
 }
 
 // Run implements the command.
-func (c *LabelCommand) Run(ctx context.Context, args []string, std IO) error {
-	if err := c.parse(args, std); err != nil {
-		return err
-	}
+func (c *LabelCommand) Run(ctx context.Context, std IO) error {
 	h, err := c.connect(c.main)
 	if err != nil {
 		return err

@@ -21,6 +21,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/spf13/pflag"
+
 	"github.com/everynode/everynode/client"
 	"github.com/everynode/everynode/resources"
 )
@@ -39,51 +41,47 @@ type LogsCommand struct {
 	sinceTime  string
 	previous   bool
 	limitBytes int64
+
+	target string // POD or TYPE/NAME
 }
 
-const logsSynopsis = "logs POD|TYPE/NAME [-c CONTAINER] [-f] [--tail N] [--timestamps] [--since DURATION] [--previous] [-n NS]"
-
-func (c *LogsCommand) parse(args []string, std IO) (string, error) {
-	fs := newFlagSet("logs", logsSynopsis, std.Out)
-	c.register(fs.FlagSet)
-	fs.StringVar(&c.container, "container", "", "container name (may be omitted for a pod of one container)")
-	fs.StringVar(&c.container, "c", "", "shorthand for --container")
-	fs.BoolVar(&c.follow, "follow", false, "stream the output as it is written")
-	fs.BoolVar(&c.follow, "f", false, "shorthand for --follow")
+func (c *LogsCommand) flags(fs *pflag.FlagSet) {
+	fs.StringVarP(&c.container, "container", "c", "", "container name (may be omitted for a pod of one container)")
+	fs.BoolVarP(&c.follow, "follow", "f", false, "stream the output as it is written")
 	fs.Int64Var(&c.tail, "tail", -1, "lines of recent output to show; -1 shows all")
 	fs.BoolVar(&c.timestamps, "timestamps", false, "prefix each line with its RFC 3339 time")
 	fs.DurationVar(&c.since, "since", 0, "only output newer than this relative duration (5s, 2m, 3h)")
 	fs.StringVar(&c.sinceTime, "since-time", "", "only output after this RFC 3339 time")
-	fs.BoolVar(&c.previous, "previous", false, "the output of the previous, terminated run of the container")
-	fs.BoolVar(&c.previous, "p", false, "shorthand for --previous")
+	fs.BoolVarP(&c.previous, "previous", "p", false, "the output of the previous, terminated run of the container")
 	fs.Int64Var(&c.limitBytes, "limit-bytes", 0, "at most this many bytes of output; 0 means no limit")
-	pos, err := fs.parse(args)
-	if err != nil {
-		return "", err
-	}
+}
+
+// complete reads POD [CONTAINER] and checks the flags.
+func (c *LogsCommand) complete(pos []string) error {
 	switch {
 	case len(pos) == 0:
-		return "", usageError("logs needs a pod name", "run \"everynode logs POD\" (see \"everynode get pods\")")
+		return usageError("logs needs a pod name", "run \"everynode logs POD\" (see \"everynode get pods\")")
 	case len(pos) > 2 || (len(pos) == 2 && c.container != ""):
-		return "", usageError(fmt.Sprintf("unexpected arguments %q", pos[1:]), "usage: everynode "+logsSynopsis)
+		return usageError(fmt.Sprintf("unexpected arguments %q", pos[1:]), "usage: everynode logs POD|TYPE/NAME [CONTAINER] [flags]")
 	case len(pos) == 2:
 		c.container = pos[1] // kubectl's "logs POD CONTAINER"
 	}
 	if c.since < 0 {
-		return "", usageError("--since must be positive", "give a duration such as 10m")
+		return usageError("--since must be positive", "give a duration such as 10m")
 	}
 	if c.since > 0 && c.sinceTime != "" {
-		return "", usageError("at most one of --since and --since-time may be given", "drop one of them")
+		return usageError("at most one of --since and --since-time may be given", "drop one of them")
 	}
 	if c.sinceTime != "" {
 		if _, err := time.Parse(time.RFC3339, c.sinceTime); err != nil {
-			return "", usageError(fmt.Sprintf("invalid --since-time %q", c.sinceTime), "use RFC 3339, e.g. 2026-01-02T15:04:05Z")
+			return usageError(fmt.Sprintf("invalid --since-time %q", c.sinceTime), "use RFC 3339, e.g. 2026-01-02T15:04:05Z")
 		}
 	}
 	if c.tail < -1 || c.limitBytes < 0 {
-		return "", usageError("--tail and --limit-bytes must not be negative", "use -1 (tail) or 0 (limit) for all output")
+		return usageError("--tail and --limit-bytes must not be negative", "use -1 (tail) or 0 (limit) for all output")
 	}
-	return pos[0], nil
+	c.target = pos[0]
+	return nil
 }
 
 // query is the pods/log query for the flags.
@@ -118,11 +116,7 @@ func (c *LogsCommand) query(container string) url.Values {
 
 // Run implements the command: it finds the pod (a DaemonSet's first pod for
 // ds/NAME), then copies the log stream to stdout until it ends or ctx does.
-func (c *LogsCommand) Run(ctx context.Context, args []string, std IO) error {
-	target, err := c.parse(args, std)
-	if err != nil {
-		return err
-	}
+func (c *LogsCommand) Run(ctx context.Context, std IO) error {
 	paths := client.KubeconfigPaths(c.kubeconfig, c.main.getenv("KUBECONFIG"), c.main.getenv("HOME"))
 	cfg, err := client.LoadKubeconfigFrom(paths)
 	if err != nil {
@@ -134,7 +128,7 @@ func (c *LogsCommand) Run(ctx context.Context, args []string, std IO) error {
 		return err
 	}
 	defer h.Close()
-	pod, err := c.resolvePod(ctx, h, target)
+	pod, err := c.resolvePod(ctx, h, c.target)
 	if err != nil {
 		return err
 	}

@@ -1,13 +1,11 @@
 package cli
 
 import (
-	"io"
 	"strings"
 	"testing"
 )
 
 func TestLogsFlags(t *testing.T) {
-	discard := IO{Out: io.Discard, Err: io.Discard}
 	for _, tc := range []struct {
 		args, target, query, err string
 	}{
@@ -25,7 +23,8 @@ func TestLogsFlags(t *testing.T) {
 		{args: "p --tail -2", err: "must not be negative"},
 	} {
 		c := &LogsCommand{}
-		target, err := c.parse(strings.Fields(tc.args), discard)
+		err := parse(c, strings.Fields(tc.args))
+		target := c.target
 		if tc.err != "" {
 			if err == nil || !strings.Contains(err.Error(), tc.err) {
 				t.Errorf("logs %s: error %v, want %q", tc.args, err, tc.err)

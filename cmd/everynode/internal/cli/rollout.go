@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spf13/pflag"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,43 +17,8 @@ import (
 
 	"github.com/everynode/everynode/client"
 	"github.com/everynode/everynode/resources"
+	"github.com/everynode/everynode/rollout"
 )
-
-const rolloutUsage = `Usage: everynode rollout SUBCOMMAND ds/NAME [flags]
-
-Subcommands:
-  status   wait for a DaemonSet's rollout to finish, showing each node's pod
-  history  list a DaemonSet's revisions (--revision N shows one)
-  undo     roll back to the previous revision (--to-revision N)
-  restart  replace every pod, one node at a time as the update strategy allows
-`
-
-// RolloutCommand is "everynode rollout status|history|undo|restart".
-type RolloutCommand struct {
-	main *Main
-}
-
-// Run dispatches to the subcommand.
-func (c *RolloutCommand) Run(ctx context.Context, args []string, std IO) error {
-	if len(args) == 0 {
-		fmt.Fprint(std.Err, rolloutUsage)
-		return usageError("rollout needs a subcommand", "use status, history, undo or restart")
-	}
-	switch args[0] {
-	case "-h", "--help", "help":
-		fmt.Fprint(std.Out, rolloutUsage)
-		return nil
-	case "status":
-		return (&RolloutStatusCommand{main: c.main}).Run(ctx, args[1:], std)
-	case "history":
-		return (&RolloutHistoryCommand{main: c.main}).Run(ctx, args[1:], std)
-	case "undo":
-		return (&RolloutUndoCommand{main: c.main}).Run(ctx, args[1:], std)
-	case "restart":
-		return (&RolloutRestartCommand{main: c.main}).Run(ctx, args[1:], std)
-	}
-	return usageError(fmt.Sprintf("unknown rollout subcommand %q", args[0]), "use status, history, undo or restart")
-}
 
 // daemonSetTarget parses the one DaemonSet a rollout verb acts on
 // ("ds/NAME", "ds NAME", "daemonset.apps/NAME").
@@ -82,29 +48,31 @@ type RolloutStatusCommand struct {
 	watch    bool
 	timeout  time.Duration
 	progress bool
+	// table: --nodes was given, so a table of every targeted node is
+	// drawn (rollout_nodes.go) instead of a line per pod change.
+	table    bool
+	lastDraw time.Time // when runTable drew its last block
 	name     string
+	fs       *pflag.FlagSet
 }
 
-func (c *RolloutStatusCommand) parse(args []string, std IO) error {
-	fs := newFlagSet("rollout status", "rollout status ds/NAME [-w=false] [--timeout D] [--nodes=false] [-n NS]", std.Out)
-	c.register(fs.FlagSet)
-	fs.BoolVar(&c.watch, "watch", true, "wait until the rollout finishes (false: print the status once)")
-	fs.BoolVar(&c.watch, "w", true, "shorthand for --watch")
+func (c *RolloutStatusCommand) flags(fs *pflag.FlagSet) {
+	c.fs = fs
+	fs.BoolVarP(&c.watch, "watch", "w", true, "wait until the rollout finishes, redrawing the --nodes table (false: print the status once)")
 	fs.DurationVar(&c.timeout, "timeout", 0, "give up after this long (0: wait forever)")
-	fs.BoolVar(&c.progress, "nodes", true, "while waiting, print each node's pod, revision and readiness as it changes")
-	pos, err := fs.parse(args)
-	if err != nil {
-		return err
-	}
+	fs.BoolVar(&c.progress, "nodes", true, "given: a table of every targeted node's revision, state and reason, problems first; "+
+		"not given: a line per node as its pod changes; false: kubectl's lines only")
+}
+
+func (c *RolloutStatusCommand) complete(pos []string) error {
+	var err error
 	c.name, err = daemonSetTarget("status", pos)
+	c.table = c.progress && c.fs != nil && c.fs.Changed("nodes")
 	return err
 }
 
 // Run implements the command.
-func (c *RolloutStatusCommand) Run(ctx context.Context, args []string, std IO) error {
-	if err := c.parse(args, std); err != nil {
-		return err
-	}
+func (c *RolloutStatusCommand) Run(ctx context.Context, std IO) error {
 	return c.withClient(ctx, c.main, std.Out, c.run)
 }
 
@@ -126,6 +94,64 @@ func daemonSetStatus(ds *appsv1.DaemonSet) (string, bool, error) {
 	return "Waiting for daemon set spec update to be observed...\n", false, nil
 }
 
+// rolloutStatus is daemonSetStatus with everynode's rollout settings
+// (docs/rollouts.md). A paused rollout keeps waiting, as kubectl waits on a
+// paused Deployment (--timeout bounds it). A canary or partition whose nodes
+// are all updated and available is done — "canary: 3/3 updated and ready;
+// waiting for promote" — as kubectl's StatefulSet viewer is done with a
+// partitioned rollout ("partitioned roll out complete"): the rollout went as
+// far as it was told to. A rollout whose condition says it failed
+// (ProgressDeadlineExceeded, RolledBack, BadRevision) is an error naming
+// the reason and the fix, so the command exits non-zero. A rollout complete
+// on the reachable nodes says which unreachable nodes are still pending.
+func rolloutStatus(ds *appsv1.DaemonSet) (string, bool, error) {
+	st := ds.Status
+	if ds.Spec.UpdateStrategy.Type != appsv1.RollingUpdateDaemonSetStrategyType || ds.Generation > st.ObservedGeneration {
+		return daemonSetStatus(ds)
+	}
+	opts, errs := rollout.Parse(ds.Annotations)
+	finished := st.UpdatedNumberScheduled >= st.DesiredNumberScheduled && st.NumberAvailable >= st.DesiredNumberScheduled
+	cond := rollout.Condition(st, rollout.ConditionProgressing)
+	if rollout.Failed(cond) {
+		return "", true, rolloutFailed(ds.Name, cond)
+	}
+	switch {
+	case finished && cond != nil && cond.Reason == rollout.ReasonUnreachablePending:
+		// Complete on the reachable nodes; the status counts only them
+		// (docs/rollouts.md §7).
+		return fmt.Sprintf("daemon set %q successfully %s\n", ds.Name, cond.Message), true, nil
+	case finished:
+	case len(errs) > 0:
+		return fmt.Sprintf("Waiting for daemon set %q rollout: held by an invalid rollout annotation: %v\n", ds.Name, errs.ToAggregate()), false, nil
+	case opts.Paused:
+		return fmt.Sprintf("Waiting for daemon set %q rollout to finish: paused with %d out of %d new pods updated; resume it with \"everynode rollout resume ds/%s\"\n",
+			ds.Name, st.UpdatedNumberScheduled, st.DesiredNumberScheduled, ds.Name), false, nil
+	case cond != nil && cond.Reason == rollout.ReasonPrePulling:
+		return fmt.Sprintf("Waiting for daemon set %q rollout: %s\n", ds.Name, cond.Message), false, nil
+	case opts.Limited() && cond != nil && cond.Reason == rollout.ReasonWaitingForPromote:
+		return cond.Message + "\n", true, nil
+	case opts.Limited() && cond != nil && cond.Reason == rollout.ReasonCanaryUpdating:
+		return fmt.Sprintf("Waiting for daemon set %q canary to finish: %s\n", ds.Name, cond.Message), false, nil
+	}
+	return daemonSetStatus(ds)
+}
+
+// rolloutFailed is the error of a rollout whose Progressing condition says
+// it failed (docs/rollouts.md §5, §6): the reason, the controller's message
+// and the fix, on one line.
+func rolloutFailed(name string, c *appsv1.DaemonSetCondition) error {
+	switch c.Reason {
+	case rollout.ReasonRolledBack:
+		return withFix(fmt.Errorf("daemon set %q rollout failed and was rolled back automatically (%s): %s", name, c.Reason, c.Message),
+			"fix the template and apply it again: the failed revision is not rolled out again until its template changes")
+	case rollout.ReasonBadRevision:
+		return withFix(fmt.Errorf("daemon set %q rollout held (%s): %s", name, c.Reason, c.Message),
+			fmt.Sprintf("change the template, or retry it with \"everynode annotate ds/%s %s-\"", name, rollout.BadRevision))
+	}
+	return withFix(fmt.Errorf("daemon set %q rollout failed (%s): %s", name, c.Reason, c.Message),
+		fmt.Sprintf("roll it back with \"everynode rollout undo ds/%s\", or fix the template and apply it again", name))
+}
+
 // maxPodWatchRestarts bounds how often in a row the pod watch behind the
 // per-node lines is restarted without delivering an event.
 const maxPodWatchRestarts = 5
@@ -141,6 +167,9 @@ func (c *RolloutStatusCommand) run(ctx context.Context, h client.Interface, out 
 		ctx, cancel = context.WithTimeout(ctx, c.timeout)
 		defer cancel()
 	}
+	if c.table {
+		return c.runTable(ctx, h, out)
+	}
 	ns := c.ns()
 	obj, err := h.Get(ctx, resources.DaemonSets, ns, c.name)
 	if err != nil {
@@ -148,7 +177,7 @@ func (c *RolloutStatusCommand) run(ctx context.Context, h client.Interface, out 
 	}
 	ds := obj.(*appsv1.DaemonSet)
 	p := &rolloutPrinter{out: out, progress: c.progress}
-	line, done, err := daemonSetStatus(ds)
+	line, done, err := rolloutStatus(ds)
 	if err != nil {
 		return err
 	}
@@ -235,7 +264,7 @@ func (c *RolloutStatusCommand) run(ctx context.Context, h client.Interface, out 
 			} else {
 				continue
 			}
-			line, done, err := daemonSetStatus(ds)
+			line, done, err := rolloutStatus(ds)
 			if err != nil {
 				return err
 			}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/spf13/pflag"
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -31,14 +32,12 @@ type RolloutHistoryCommand struct {
 	name     string
 }
 
-func (c *RolloutHistoryCommand) parse(args []string, std IO) error {
-	fs := newFlagSet("rollout history", "rollout history ds/NAME [--revision N] [-n NS]", std.Out)
-	c.register(fs.FlagSet)
+func (c *RolloutHistoryCommand) flags(fs *pflag.FlagSet) {
 	fs.Int64Var(&c.revision, "revision", 0, "show the pod template of this revision")
-	pos, err := fs.parse(args)
-	if err != nil {
-		return err
-	}
+}
+
+func (c *RolloutHistoryCommand) complete(pos []string) error {
+	var err error
 	if c.revision < 0 {
 		return usageError(fmt.Sprintf("revision must be a positive integer: %v", c.revision), "pass --revision N with N ≥ 1")
 	}
@@ -47,10 +46,7 @@ func (c *RolloutHistoryCommand) parse(args []string, std IO) error {
 }
 
 // Run implements the command.
-func (c *RolloutHistoryCommand) Run(ctx context.Context, args []string, std IO) error {
-	if err := c.parse(args, std); err != nil {
-		return err
-	}
+func (c *RolloutHistoryCommand) Run(ctx context.Context, std IO) error {
 	return c.withClient(ctx, c.main, std.Out, c.run)
 }
 
@@ -208,14 +204,12 @@ type RolloutUndoCommand struct {
 	name       string
 }
 
-func (c *RolloutUndoCommand) parse(args []string, std IO) error {
-	fs := newFlagSet("rollout undo", "rollout undo ds/NAME [--to-revision N] [-n NS]", std.Out)
-	c.register(fs.FlagSet)
+func (c *RolloutUndoCommand) flags(fs *pflag.FlagSet) {
 	fs.Int64Var(&c.toRevision, "to-revision", 0, "the revision to roll back to (0: the one before the current)")
-	pos, err := fs.parse(args)
-	if err != nil {
-		return err
-	}
+}
+
+func (c *RolloutUndoCommand) complete(pos []string) error {
+	var err error
 	if c.toRevision < 0 {
 		return usageError(fmt.Sprintf("revision must be a positive integer: %v", c.toRevision), "pass --to-revision N with N ≥ 1")
 	}
@@ -224,10 +218,7 @@ func (c *RolloutUndoCommand) parse(args []string, std IO) error {
 }
 
 // Run implements the command.
-func (c *RolloutUndoCommand) Run(ctx context.Context, args []string, std IO) error {
-	if err := c.parse(args, std); err != nil {
-		return err
-	}
+func (c *RolloutUndoCommand) Run(ctx context.Context, std IO) error {
 	return c.withClient(ctx, c.main, std.Out, c.run)
 }
 

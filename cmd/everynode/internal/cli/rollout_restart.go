@@ -7,6 +7,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/spf13/pflag"
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -25,22 +26,16 @@ type RolloutRestartCommand struct {
 	name string
 }
 
-func (c *RolloutRestartCommand) parse(args []string, std IO) error {
-	fs := newFlagSet("rollout restart", "rollout restart ds/NAME [-n NS]", std.Out)
-	c.register(fs.FlagSet)
-	pos, err := fs.parse(args)
-	if err != nil {
-		return err
-	}
+func (c *RolloutRestartCommand) flags(*pflag.FlagSet) {}
+
+func (c *RolloutRestartCommand) complete(pos []string) error {
+	var err error
 	c.name, err = daemonSetTarget("restart", pos)
 	return err
 }
 
 // Run implements the command.
-func (c *RolloutRestartCommand) Run(ctx context.Context, args []string, std IO) error {
-	if err := c.parse(args, std); err != nil {
-		return err
-	}
+func (c *RolloutRestartCommand) Run(ctx context.Context, std IO) error {
 	return c.withClient(ctx, c.main, std.Out, c.run)
 }
 

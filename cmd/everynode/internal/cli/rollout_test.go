@@ -4,8 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 
 	"github.com/everynode/everynode/client"
 	"github.com/everynode/everynode/client/fake"
+	"github.com/everynode/everynode/internal/testkit"
 	"github.com/everynode/everynode/resources"
 )
 
@@ -48,19 +50,19 @@ func TestParseRollout(t *testing.T) {
 			switch args[0] {
 			case "status":
 				c := &RolloutStatusCommand{main: NewMain()}
-				err = c.parse(args[1:], discard)
+				err = parse(c, args[1:])
 				name, ns = c.name, c.ns()
 			case "history":
 				c := &RolloutHistoryCommand{main: NewMain()}
-				err = c.parse(args[1:], discard)
+				err = parse(c, args[1:])
 				name, ns = c.name, c.ns()
 			case "undo":
 				c := &RolloutUndoCommand{main: NewMain()}
-				err = c.parse(args[1:], discard)
+				err = parse(c, args[1:])
 				name, ns = c.name, c.ns()
 			case "restart":
 				c := &RolloutRestartCommand{main: NewMain()}
-				err = c.parse(args[1:], discard)
+				err = parse(c, args[1:])
 				name, ns = c.name, c.ns()
 			}
 			if tt.wantErr != "" {
@@ -80,8 +82,8 @@ func TestParseRollout(t *testing.T) {
 }
 
 func TestRolloutUnknownSubcommand(t *testing.T) {
-	err := (&RolloutCommand{main: NewMain()}).Run(context.Background(), []string{"pause", "ds/a"}, discard)
-	if err == nil || !strings.Contains(err.Error(), `unknown rollout subcommand "pause"`) {
+	err := NewMain().Run(context.Background(), []string{"rollout", "frobnicate", "ds/a"}, nil, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), `unknown rollout subcommand "frobnicate"`) {
 		t.Fatalf("err = %v", err)
 	}
 }
@@ -188,7 +190,14 @@ func historyFixture(t *testing.T) (*fake.Client, *appsv1.DaemonSet) {
 			},
 		},
 	}
-	resources.DaemonSets.SetTypeMeta(ds)
+	// The revisions hold the template as the API stored it (defaulted), as
+	// the DaemonSet controller writes them.
+	c := fake.New(ds)
+	stored, err := c.Get(context.Background(), resources.DaemonSets, "default", "agent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds = stored.(*appsv1.DaemonSet)
 	rev := func(n int64, image, owner, cause string) *appsv1.ControllerRevision {
 		d := ds.DeepCopy()
 		d.Spec.Template.Spec.Containers[0].Image = image
@@ -212,7 +221,11 @@ func historyFixture(t *testing.T) (*fake.Client, *appsv1.DaemonSet) {
 		resources.ControllerRevisions.SetTypeMeta(cr)
 		return cr
 	}
-	c := fake.New(ds, rev(2, "busybox:2", "", ""), rev(1, "busybox:1", "", "first"), rev(7, "busybox:7", "x", ""))
+	for _, cr := range []*appsv1.ControllerRevision{rev(2, "busybox:2", "", ""), rev(1, "busybox:1", "", "first"), rev(7, "busybox:7", "x", "")} {
+		if err := c.Seed(cr); err != nil {
+			t.Fatal(err)
+		}
+	}
 	return c, ds
 }
 
@@ -358,13 +371,19 @@ func TestRolloutStatusWatches(t *testing.T) {
 	if err := c.Seed(pod); err != nil {
 		t.Fatal(err)
 	}
-	var out syncBuffer
+	var out testkit.Buffer
 	done := make(chan error, 1)
 	go func() {
 		done <- (&RolloutStatusCommand{main: NewMain(), name: "agent", watch: true, progress: true}).run(ctx, c, &out)
 	}()
-	eventuallyContains(t, &out, "1 out of 2 new pods have been updated")
-	eventuallyContains(t, &out, "  node node-1: pod agent-a revision busybox:2 (new) ready")
+	for _, want := range []string{"1 out of 2 new pods have been updated", "  node node-1: pod agent-a revision busybox:2 (new) ready"} {
+		testkit.Eventually(t, 5*time.Second, func() error {
+			if !out.Contains(want) {
+				return fmt.Errorf("output lacks %q:\n%s", want, out.String())
+			}
+			return nil
+		})
+	}
 	obj, _ := c.Get(ctx, resources.DaemonSets, "default", "agent")
 	d := obj.(*appsv1.DaemonSet)
 	d.Status.UpdatedNumberScheduled, d.Status.NumberAvailable = 2, 2
@@ -399,37 +418,6 @@ func TestRolloutStatusWatches(t *testing.T) {
 }
 
 func clientWriteOptions() client.WriteOptions { return client.WriteOptions{} }
-
-// syncBuffer is a bytes.Buffer safe for one writer and one reader.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// eventuallyContains polls the buffer (a real goroutine writes it) until it
-// holds want, for at most 5 s.
-func eventuallyContains(t *testing.T, b *syncBuffer, want string) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !strings.Contains(b.String(), want) {
-		if time.Now().After(deadline) {
-			t.Fatalf("output lacks %q:\n%s", want, b.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
 
 func TestKubectlToleration(t *testing.T) {
 	secs := int64(30)

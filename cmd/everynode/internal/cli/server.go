@@ -2,27 +2,17 @@ package cli
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"errors"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
-	"path/filepath"
 	"strings"
-	"sync"
 	"time"
 
-	"github.com/everynode/everynode/apiserver"
-	"github.com/everynode/everynode/apiserver/pki"
+	"github.com/spf13/pflag"
+
 	"github.com/everynode/everynode/client"
-	"github.com/everynode/everynode/controller"
-	"github.com/everynode/everynode/controller/leader"
-	"github.com/everynode/everynode/controller/nodelifecycle"
-	"github.com/everynode/everynode/gossip"
-	"github.com/everynode/everynode/nodeagent"
-	"github.com/everynode/everynode/store"
+	"github.com/everynode/everynode/server"
 )
 
 // Server defaults, chosen to match Kubernetes' habits so kubectl users feel at home.
@@ -30,19 +20,11 @@ const (
 	// DefaultDataDir is relative to the working directory, so a first try
 	// needs no root and leaves everything in one visible place.
 	DefaultDataDir = "./everynode-data"
-	// DefaultListen is the API address: loopback only until the user opts
-	// into exposing it; 6443 is the Kubernetes API port kubectl users expect.
-	DefaultListen = "127.0.0.1:6443"
+	// DefaultListen is the API address (server.DefaultListen).
+	DefaultListen = server.DefaultListen
 	// AdminKubeconfigFile is written into the data dir once the API answers.
-	AdminKubeconfigFile = "admin.kubeconfig"
-	// readyTimeout bounds the wait for the API's /readyz after starting it.
-	readyTimeout = 60 * time.Second
-	// readyPoll is the interval between /readyz probes while starting.
-	readyPoll = 50 * time.Millisecond
+	AdminKubeconfigFile = server.AdminKubeconfigFile
 )
-
-// namespacesAtStart exist in every cluster, as in Kubernetes.
-var namespacesAtStart = []string{"default", "kube-system", "kube-public", "kube-node-lease"}
 
 // ServerCommand is "everynode server".
 type ServerCommand struct {
@@ -53,26 +35,50 @@ type ServerCommand struct {
 	noAgent   bool
 	logLevel  string
 	eventTTL  time.Duration
+	grace     time.Duration
+	// clustering the embedded etcd (docs/ha.md)
+	clusterInit bool
+	joinURL     string
+	tokenFile   string
+	advertise   string
+	peerPort    int
+	snapEvery   time.Duration
+	snapKeep    int
+	// auditLog, auditMaxSize and auditMaxBackups are kube-apiserver's
+	// --audit-log-path, --audit-log-maxsize and --audit-log-maxbackup.
+	auditLog        string
+	auditMaxSize    int
+	auditMaxBackups int
 	// agent holds the local agent's flags and the gossip flags.
 	agent agentFlags
 
 	level slog.Level
 }
 
-func (c *ServerCommand) parse(args []string, std IO) error {
-	fs := newFlagSet("server", "server [--data-dir DIR] [--listen ADDR] [--gossip ADDR] [--gossip-profile lan|wan|local] [--etcd-endpoints URLS] [--no-agent] [local agent flags: --name --labels --taints --runtime ...]", std.Out)
+func (c *ServerCommand) flags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.dataDir, "data-dir", DefaultDataDir, "directory for etcd data, certificates, tokens and admin.kubeconfig")
 	fs.StringVar(&c.listen, "listen", DefaultListen, "API address (host:port; port 0 picks a free port)")
 	fs.StringVar(&c.endpoints, "etcd-endpoints", "", "comma-separated client URLs of an external etcd; empty embeds etcd in the data dir")
 	fs.StringVar(&c.tlsSANs, "tls-san", "", "comma-separated extra host names or IPs for the serving certificate")
 	fs.BoolVar(&c.noAgent, "no-agent", false, "do not run a node agent inside the server")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn or error")
-	fs.DurationVar(&c.eventTTL, "event-ttl", store.DefaultEventTTL, "how long Events are kept after their last update, as kube-apiserver's --event-ttl")
+	fs.DurationVar(&c.eventTTL, "event-ttl", server.DefaultEventTTL, "how long Events are kept after their last update, as kube-apiserver's --event-ttl")
+	fs.StringVar(&c.auditLog, "audit-log", "", "write the audit log (one audit.k8s.io/v1 Event JSON line per write and per denied request) to this file, as kube-apiserver's --audit-log-path")
+	fs.IntVar(&c.auditMaxSize, "audit-log-maxsize", server.DefaultAuditLogMaxSize, "megabytes the audit log may reach before it is rotated")
+	fs.IntVar(&c.auditMaxBackups, "audit-log-maxbackup", server.DefaultAuditLogMaxBackups, "rotated audit log files to keep (0 keeps all)")
+	fs.DurationVar(&c.grace, "unreachable-grace", server.DefaultUnreachableGrace, "how long a node must have been NotReady or Unknown before DaemonSet rollouts stop waiting for it (docs/rollouts.md §7)")
+	fs.BoolVar(&c.clusterInit, "cluster-init", false, "start the first server of a cluster whose embedded etcd other servers join (--join); ignored once the data dir is initialised")
+	fs.StringVar(&c.tokenFile, "token-file", "", "with --join: file holding the cluster's join token (a copy of the first server's DATA_DIR/join-token; agent-only tokens are refused)")
+	fs.StringVar(&c.joinURL, "join", "", "https URL of a server of the cluster to join as another server (with --token-file); ignored once the data dir is initialised")
+	fs.StringVar(&c.advertise, "advertise-address", "", "IP other servers and agents reach this server on (default: the address on the route to --join, else the node IP)")
+	fs.IntVar(&c.peerPort, "etcd-peer-port", server.DefaultPeerPort, "etcd peer port (mutual TLS) of a clustered server")
+	fs.DurationVar(&c.snapEvery, "snapshot-interval", 0, "save an etcd snapshot into DATA_DIR/snapshots this often (e.g. 6h); 0: none")
+	fs.IntVar(&c.snapKeep, "snapshot-retention", server.DefaultSnapshotRetention, "how many scheduled snapshots to keep")
 	c.agent.register(fs, "gossip (memberlist) bind address host:port, UDP and TCP; agents learn it when they join; port 0 picks a free one")
-	pos, err := fs.parse(args)
-	if err != nil {
-		return err
-	}
+}
+
+func (c *ServerCommand) complete(pos []string) error {
+	var err error
 	if len(pos) > 0 {
 		return usageError(fmt.Sprintf("unexpected arguments %q", pos), "server takes only flags; see \"everynode server -h\"")
 	}
@@ -88,6 +94,25 @@ func (c *ServerCommand) parse(args []string, std IO) error {
 	if c.eventTTL < time.Second {
 		return usageError(fmt.Sprintf("invalid --event-ttl %s", c.eventTTL), "use at least 1s, e.g. --event-ttl 1h")
 	}
+	if c.auditMaxSize < 1 || c.auditMaxBackups < 0 {
+		return usageError(fmt.Sprintf("invalid --audit-log-maxsize %d or --audit-log-maxbackup %d", c.auditMaxSize, c.auditMaxBackups),
+			"use a size of at least 1 (megabytes) and a backup count of 0 or more")
+	}
+	if c.grace <= 0 {
+		return usageError(fmt.Sprintf("invalid --unreachable-grace %s", c.grace), "use a positive duration, e.g. --unreachable-grace 30s")
+	}
+	if c.joinURL != "" && c.clusterInit {
+		return usageError("--cluster-init and --join both given", "--cluster-init starts the first server; the others --join it")
+	}
+	if c.joinURL != "" && c.tokenFile == "" {
+		return usageError("--join needs --token-file", "give the file holding the first server's join-token (from its data dir)")
+	}
+	if c.snapEvery < 0 || (c.snapEvery > 0 && c.snapKeep < 1) {
+		return usageError("invalid --snapshot-interval or --snapshot-retention", "use a positive interval (e.g. 6h) and keep at least 1")
+	}
+	if c.advertise != "" && net.ParseIP(c.advertise) == nil {
+		return usageError(fmt.Sprintf("invalid --advertise-address %q", c.advertise), "give an IP address")
+	}
 	return c.agent.check()
 }
 
@@ -101,356 +126,55 @@ func splitList(s string) []string {
 	return out
 }
 
-// Run starts the server and blocks until ctx ends, then shuts down in order:
-//  1. load or create the cluster's key material (pki.Load),
-//  2. listen on --listen (so the URL with the real port is known), start the
-//     local agent's runtime unless --no-agent,
-//  3. open the store (embedded etcd, or --etcd-endpoints),
-//  4. start the gossip member (named after the local node, or
-//     everynode-server-<host>-<random> with --no-agent),
-//  5. build the API server (node credentials restricted by NodeRestriction,
-//     POST /everynode/v1/join enabled), make sure the standard namespaces
-//     exist, serve over TLS,
-//  6. once /readyz answers on the real port, write admin.kubeconfig,
-//  7. campaign for the controllers' leadership (etcd election) and run the
-//     controllers while leading, fed by the gossip membership,
-//  8. run the local agent against the server's own URL with its node token,
-//  9. on ctx end: stop the agent, stop the controllers, leave the gossip
-//     pool, close the member, stop the API, close the store. If the
-//     embedded etcd, the API or the local agent fails, the same shutdown
-//     runs and Run returns the failure.
-func (c *ServerCommand) Run(ctx context.Context, args []string, std IO) error {
-	if err := c.parse(args, std); err != nil {
-		return err
-	}
+// Run starts the server (server.Start documents the order of its steps),
+// prints the welcome text and blocks until ctx ends; then it closes the
+// server in order. If the embedded etcd, the API or the local agent fails,
+// the same shutdown runs and Run returns the failure.
+func (c *ServerCommand) Run(ctx context.Context, std IO) error {
 	log := slog.New(slog.NewTextHandler(std.Err, &slog.HandlerOptions{Level: c.level}))
-	dataDir, err := filepath.Abs(c.dataDir)
-	if err != nil {
-		return fmt.Errorf("data dir: %w", err)
+	cfg := server.Config{
+		DataDir: c.dataDir, Listen: c.listen, EtcdEndpoints: splitList(c.endpoints), TLSSANs: splitList(c.tlsSANs),
+		EventTTL: c.eventTTL, UnreachableGrace: c.grace, Logger: log, Gossip: c.agent.gossipOptions(), UserAgent: "everynode-agent/" + Version(),
+		ClusterInit: c.clusterInit, JoinURL: c.joinURL, AdvertiseAddress: c.advertise, PeerPort: c.peerPort,
+		ServerName: strings.ToLower(c.agent.name), SnapshotInterval: c.snapEvery, SnapshotRetention: c.snapKeep,
+		AuditLog: c.auditLog, AuditLogMaxSize: c.auditMaxSize, AuditLogMaxBackups: c.auditMaxBackups,
 	}
-	kubeconfigPath := filepath.Join(dataDir, AdminKubeconfigFile)
-	// A kubeconfig from an earlier run names an old port; nobody may use it
-	// before this run has written the right one.
-	if err := os.Remove(kubeconfigPath); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return withFix(fmt.Errorf("cannot remove stale %s: %w", kubeconfigPath, err), "check the data dir's permissions")
-	}
-
-	host, _, _ := net.SplitHostPort(c.listen)
-	sans := splitList(c.tlsSANs)
-	if ip := net.ParseIP(host); host != "" && (ip == nil || !ip.IsUnspecified()) {
-		sans = append(sans, host)
-	}
-	cluster, err := pki.Load(dataDir, sans...)
-	if err != nil {
-		return withFix(err, "check the data dir "+dataDir)
-	}
-	node := ""
-	if !c.noAgent {
-		if node, err = c.agent.nodeName(); err != nil {
-			return err
-		}
-	}
-
-	ln, err := net.Listen("tcp", c.listen)
-	if err != nil {
-		return withFix(fmt.Errorf("cannot listen on %s: %w", c.listen, err), "choose a free address with --listen (port 0 picks one)")
-	}
-	listening := true
-	defer func() {
-		if listening {
-			ln.Close()
-		}
-	}()
-	url := serverURL(ln.Addr(), host)
-	nodeIP := c.agent.nodeIP
-	if nodeIP == "" {
-		nodeIP = serverNodeIP(host)
-	}
-
-	var rt nodeagent.Runtime
-	var logLn net.Listener
-	if !c.noAgent {
-		r, closeRT, err := c.agent.newRuntime(ctx, node, nodeIP, log)
+	if c.joinURL != "" {
+		token, err := readTokenFile(c.tokenFile)
 		if err != nil {
 			return err
 		}
-		defer closeRT()
-		rt = r
-		if logLn, err = c.agent.listenLogs(); err != nil {
+		cfg.JoinToken = token
+	}
+	if !c.noAgent {
+		node, err := c.agent.nodeName()
+		if err != nil {
 			return err
 		}
-		defer logLn.Close()
+		opts := c.agent.nodeOptions(node)
+		cfg.Agent = &opts
 	}
-
-	st, err := store.Open(ctx, store.Config{DataDir: dataDir, Endpoints: splitList(c.endpoints), EventTTL: c.eventTTL, Logger: log})
+	s, err := server.Start(ctx, cfg)
 	if err != nil {
 		if ctx.Err() != nil {
 			log.Info("interrupted while starting")
 			return nil
 		}
-		return withFix(fmt.Errorf("cannot open the store: %w", err), "check --etcd-endpoints, or that no other server uses "+dataDir)
+		return explainStart(err, c.dataDir)
 	}
-	defer st.Close()
-
-	memberName, meta := node, gossip.Meta{Role: gossip.RoleServer, APIAddr: url}
-	if c.noAgent {
-		memberName = "everynode-server-" + randomSuffix(hostnameOr("server"))
-	} else {
-		meta.AgentAddr = logAddr(logLn, nodeIP)
-	}
-	member, err := gossip.New(c.agent.gossipConfig(memberName, cluster.GossipKey(), meta, nodeIP, log))
-	if err != nil {
-		return withFix(fmt.Errorf("cannot start gossip: %w", err), "choose a free --gossip address (port 0 picks one)")
-	}
-	defer member.Close()
-
-	api, err := apiserver.New(apiserver.Config{
-		Store: st, Authenticator: cluster, Authorizer: apiserver.NewNodeRestriction(apiserver.StorePods(st)),
-		Logger:         log.With("component", "apiserver"),
-		NodeCredential: func(n string) string { return nodeagent.LogToken(cluster.NodeToken(n)) },
-		Join: &apiserver.JoinConfig{Secrets: cluster, DataDir: dataDir,
-			Seeds: func() []string { return serverSeeds(member) }, APIServer: func() string { return url }},
-	})
-	if err != nil {
-		return err
-	}
-	if err := api.EnsureNamespaces(ctx, namespacesAtStart...); err != nil {
-		if ctx.Err() != nil {
-			log.Info("interrupted while starting")
-			return nil
-		}
-		return err
-	}
-	runCtx, stopAPI := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopAPI()
-	errc := make(chan error, 1)
-	listening = false // api.Run owns ln now
-	go func() { errc <- api.Run(runCtx, ln, cluster.TLSConfig()) }()
-	shutdown := func() error {
-		stopAPI()
-		err := <-errc
-		if cerr := st.Close(); err == nil && cerr != nil {
-			err = fmt.Errorf("close store: %w", cerr)
-		}
-		return err
-	}
-
-	if err := waitReady(ctx, url, cluster, errc); err != nil {
-		serr := shutdown()
-		if errors.Is(err, context.Canceled) {
-			return serr
-		}
-		return err
-	}
-	if err := pki.WriteKubeconfig(kubeconfigPath, url, cluster.CAPEM(), cluster.AdminToken(), "everynode"); err != nil {
-		shutdown()
-		return err
-	}
-	log.Info("API ready", "url", url, "kubeconfig", kubeconfigPath, "gossip", member.LocalAddr())
-
-	// Controllers, under leader election, fed by gossip membership.
-	ctrlCtx, stopCtrl := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopCtrl()
-	var ctrlWG sync.WaitGroup
-	ms := nodelifecycle.NewGossipMembership(member)
-	ctrlWG.Add(3)
-	go func() {
-		defer ctrlWG.Done()
-		ms.Run(ctrlCtx)
-	}()
-	go func() {
-		defer ctrlWG.Done()
-		joinServerPeers(ctrlCtx, st.Client(), member, memberName, log.With("component", "gossip"))
-	}()
-	identity, err := serverIdentity(dataDir)
-	if err != nil {
-		return err
-	}
-	go func() {
-		defer ctrlWG.Done()
-		ctrlLog := log.With("component", "controller")
-		local := apiserver.NewLocalClient(api, "system:controller", pki.MastersGroup)
-		err := leader.Run(ctrlCtx, leader.Config{Client: st.Client(), Identity: identity, Logger: ctrlLog}, func(ctx context.Context) {
-			ctrlLog.Info("leading: controllers start", "identity", identity)
-			if err := controller.RunAll(ctx, controller.Config{Client: local, Membership: ms, Logger: ctrlLog}); err != nil && ctx.Err() == nil {
-				ctrlLog.Error("controllers stopped", "err", err)
-			}
-		})
-		if err != nil {
-			ctrlLog.Error("leader election", "err", err)
-		}
-	}()
-
-	// The local agent: an ordinary node credential against our own URL, so
-	// NodeRestriction applies to it as to any agent. Its liveness in gossip
-	// is the server's member, named after the node.
-	agentCtx, stopAgent := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopAgent()
-	agentErr := make(chan error, 1)
-	if c.noAgent {
-		log.Info("no local agent (--no-agent)")
-	} else {
-		h, err := client.NewHTTP(client.Config{Server: url, CAPEM: cluster.CAPEM(), Token: cluster.NodeToken(node),
-			UserAgent: "everynode-agent/" + Version(), Logger: log.With("component", "client")})
-		if err != nil {
-			stopCtrl()
-			ctrlWG.Wait()
-			shutdown()
-			return err
-		}
-		defer h.Close()
-		ar := &agentRun{flags: &c.agent, node: node, nodeIP: nodeIP, nodeToken: cluster.NodeToken(node),
-			dataDir: agentDataDir(dataDir), api: h, rt: rt, log: log, logLn: logLn}
-		go func() { agentErr <- ar.run(agentCtx) }()
-		log.Info("local agent started", "node", node, "runtime", c.agent.runtime)
-	}
-	printWelcome(std, url, joinURL(ln.Addr(), host, url), dataDir, kubeconfigPath)
-
-	stopAll := func() error {
-		stopAgent()
-		if !c.noAgent {
-			if err := <-agentErr; err != nil {
-				log.Warn("local agent stopped with an error", "err", err)
-			}
-		}
-		stopCtrl() // controllers, and joining other servers' members
-		ctrlWG.Wait()
-		if c.agent.leaveOnStop {
-			if err := member.Leave(leaveTimeout); err != nil {
-				log.Warn("gossip leave failed", "err", err)
-			}
-		}
-		member.Close()
-		return shutdown()
-	}
-	var failure error
+	printWelcome(std, s.URL(), s.JoinURL(), s.JoinTokenFile(), s.Kubeconfig())
 	select {
 	case <-ctx.Done():
 		log.Info("shutting down")
-		return stopAll()
-	case err := <-errc:
-		errc <- err // shutdown reads it again
-		failure = fmt.Errorf("API server stopped: %w", err)
-	case err := <-st.Err():
-		failure = withFix(fmt.Errorf("embedded etcd stopped: %v", err), "see the log above for the cause (disk full? data dir removed?), then restart the server")
-	case err := <-agentErr:
-		if err == nil {
-			err = errors.New("it returned without being asked to stop")
-		}
-		agentErr <- nil // stopAll reads it again
-		failure = withFix(fmt.Errorf("local agent failed: %w", err), "fix the cause above, or run the server with --no-agent")
-	}
-	log.Error("shutting down after a failure", "err", failure)
-	stopAll()
-	return failure
-}
-
-// serverNodeIP is the local node's IP: the listen host when it is a
-// specific IP, else the address of the interface with the default route
-// (no packet is sent), else loopback.
-func serverNodeIP(listenHost string) string {
-	if ip := net.ParseIP(listenHost); ip != nil && !ip.IsUnspecified() {
-		return ip.String()
-	}
-	if ip := outboundIP("https://192.0.2.1:443"); ip != "" {
-		return ip
-	}
-	return "127.0.0.1"
-}
-
-// hostnameOr is the lower-cased host name, or def.
-func hostnameOr(def string) string {
-	h, err := os.Hostname()
-	if err != nil || h == "" {
-		return def
-	}
-	return strings.ToLower(h)
-}
-
-// serverIdentity is this server's name in the controllers' leader election:
-// made once (host name plus a random suffix) and kept in DIR/server-id, so a
-// server restarted after a crash recognises and releases its own stale term
-// at once instead of waiting for its lease to expire.
-func serverIdentity(dataDir string) (string, error) {
-	path := filepath.Join(dataDir, "server-id")
-	if b, err := os.ReadFile(path); err == nil {
-		if id := strings.TrimSpace(string(b)); id != "" {
-			return id, nil
-		}
-	} else if !errors.Is(err, os.ErrNotExist) {
-		return "", fmt.Errorf("read server identity: %w", err)
-	}
-	id := randomSuffix(hostnameOr("server"))
-	if err := os.WriteFile(path, []byte(id+"\n"), 0o600); err != nil {
-		return "", fmt.Errorf("write server identity: %w; check that the data dir is writable", err)
-	}
-	return id, nil
-}
-
-// randomSuffix appends "-" and 8 random hex digits to s.
-func randomSuffix(s string) string {
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	return s + "-" + hex.EncodeToString(b[:])
-}
-
-// serverURL is the https URL clients use: the listener's real port, and its
-// host unless that is a wildcard, in which case loopback.
-func serverURL(addr net.Addr, listenHost string) string {
-	_, port, _ := net.SplitHostPort(addr.String())
-	host := listenHost
-	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
-		host = "127.0.0.1"
-	}
-	return "https://" + net.JoinHostPort(host, port)
-}
-
-// waitReady polls /readyz over the real port, with the CA and admin token,
-// until it answers, the server fails, ctx ends or readyTimeout passes.
-func waitReady(ctx context.Context, url string, cluster *pki.Cluster, errc chan error) error {
-	h, err := client.NewHTTP(client.Config{Server: url, CAPEM: cluster.CAPEM(), Token: cluster.AdminToken(), Timeout: 2 * time.Second})
-	if err != nil {
-		return err
-	}
-	defer h.Close()
-	deadline := time.NewTimer(readyTimeout)
-	defer deadline.Stop()
-	tick := time.NewTicker(readyPoll)
-	defer tick.Stop()
-	var last error
-	for {
-		if _, last = h.RawGet(ctx, "/readyz"); last == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case err := <-errc:
-			errc <- err
-			return fmt.Errorf("API server stopped while starting: %w", err)
-		case <-deadline.C:
-			return withFix(fmt.Errorf("API at %s not ready after %s: %w", url, readyTimeout, last), "see the log above for the cause")
-		case <-tick.C:
-		}
+		return s.Close()
+	case err := <-s.Err():
+		log.Error("shutting down after a failure", "err", err)
+		s.Close()
+		return explainStart(err, c.dataDir)
 	}
 }
 
-// joinURL is the address to show for joining agents from other machines: the
-// local URL, except that a wildcard listener is named by the host name (which
-// the serving certificate carries).
-func joinURL(addr net.Addr, listenHost, local string) string {
-	if ip := net.ParseIP(listenHost); listenHost != "" && (ip == nil || !ip.IsUnspecified()) {
-		return local
-	}
-	name, err := os.Hostname()
-	if err != nil || name == "" {
-		return local
-	}
-	_, port, _ := net.SplitHostPort(addr.String())
-	return "https://" + net.JoinHostPort(name, port)
-}
-
-func printWelcome(std IO, url, join, dataDir, kubeconfig string) {
+func printWelcome(std IO, url, join, joinToken, kubeconfig string) {
 	fmt.Fprintf(std.Out, `everynode server is ready at %s
 
 Use it with kubectl or everynode:
@@ -458,7 +182,43 @@ Use it with kubectl or everynode:
   kubectl get nodes
   everynode apply -f daemonset.yaml
 
-Join an agent (from the machine that should run pods):
-  everynode agent --server %s --token $(cat %s)
-`, url, kubeconfig, join, filepath.Join(dataDir, pki.JoinTokenFile))
+Join an agent (from the machine that should run pods, with a copy of %s):
+  everynode agent --server %s --token-file join-token
+
+Dashboard: %s/ui/
+  log in with the admin token (the token in %s) or a ServiceAccount token
+  (kubectl create token NAME); docs/dashboard.md
+`, url, kubeconfig, joinToken, join, url, kubeconfig)
+}
+
+// ServerRemoveCommand is "everynode server remove NAME".
+type ServerRemoveCommand struct {
+	main *Main
+	clientFlags
+	name string
+}
+
+func (c *ServerRemoveCommand) flags(*pflag.FlagSet) {}
+
+func (c *ServerRemoveCommand) complete(pos []string) error {
+	if len(pos) != 1 {
+		return usageError("server remove needs one NAME", "give the server's name as its log and \"everynode server\" show it")
+	}
+	c.name = pos[0]
+	return nil
+}
+
+// Run removes the named server from the embedded etcd cluster.
+func (c *ServerRemoveCommand) Run(ctx context.Context, std IO) error {
+	h, err := c.connect(c.main)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	body, _ := json.Marshal(client.RemoveServerRequest{Name: c.name})
+	if _, err := h.RawPost(ctx, client.RemoveServerPath, body); err != nil {
+		return explainTransport(err, h.Server())
+	}
+	fmt.Fprintf(std.Out, "server %s removed from the etcd cluster; stop it and clear its data dir before it joins again\n", c.name)
+	return nil
 }

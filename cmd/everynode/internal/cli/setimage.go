@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/spf13/pflag"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -25,16 +26,10 @@ type SetImageCommand struct {
 	images map[string]string // container (or "*") → image
 }
 
-func (c *SetImageCommand) parse(args []string, std IO) error {
-	if len(args) == 0 || args[0] != "image" {
-		return usageError("set supports only \"set image\"", "use \"everynode set image ds/NAME CONTAINER=IMAGE\"")
-	}
-	fs := newFlagSet("set image", "set image ds/NAME CONTAINER=IMAGE... [-n NS]", std.Out)
-	c.register(fs.FlagSet)
-	pos, err := fs.parse(args[1:])
-	if err != nil {
-		return err
-	}
+func (c *SetImageCommand) flags(*pflag.FlagSet) {}
+
+func (c *SetImageCommand) complete(pos []string) error {
+	var err error
 	var objs []string
 	c.images = map[string]string{}
 	for _, a := range pos {
@@ -55,10 +50,7 @@ func (c *SetImageCommand) parse(args []string, std IO) error {
 }
 
 // Run implements the command.
-func (c *SetImageCommand) Run(ctx context.Context, args []string, std IO) error {
-	if err := c.parse(args, std); err != nil {
-		return err
-	}
+func (c *SetImageCommand) Run(ctx context.Context, std IO) error {
 	return c.withClient(ctx, c.main, std.Out, c.run)
 }
 

@@ -8,6 +8,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -29,15 +30,13 @@ type TaintCommand struct {
 	remove []corev1.Taint
 }
 
-func (c *TaintCommand) parse(args []string, std IO) error {
-	fs := newFlagSet("taint", "taint node NAME... | node --all | node -l SELECTOR  KEY[=VALUE]:EFFECT... KEY[:EFFECT]-... [--overwrite]", std.Out)
-	c.register(fs.FlagSet)
+func (c *TaintCommand) flags(fs *pflag.FlagSet) {
 	fs.BoolVar(&c.overwrite, "overwrite", false, "allow replacing a taint of the same key and effect")
-	c.registerTargets(fs.FlagSet, "every node", "every node matching this label selector")
-	pos, err := fs.parse(args)
-	if err != nil {
-		return err
-	}
+	c.registerTargets(fs, "every node", "every node matching this label selector")
+}
+
+func (c *TaintCommand) complete(pos []string) error {
+	var err error
 	var objs, specs []string
 	for _, a := range pos {
 		if strings.Contains(a, "=") || strings.Contains(a, ":") || strings.HasSuffix(a, "-") {
@@ -66,7 +65,6 @@ func (c *TaintCommand) parse(args []string, std IO) error {
 // parseTaints is kubectl's ParseTaints: "k=v:E", "k:E" add; "k=v:E-",
 // "k:E-", "k-" remove.
 func parseTaints(specs []string) (add, remove []corev1.Taint, err error) {
-	seen := map[string]bool{}
 	for _, s := range specs {
 		if strings.HasSuffix(s, "-") {
 			body := strings.TrimSuffix(s, "-")
@@ -105,17 +103,17 @@ func parseTaints(specs []string) (add, remove []corev1.Taint, err error) {
 				return nil, nil, usageError(fmt.Sprintf("invalid taint spec: %v, %s", s, strings.Join(errs, "; ")), "use a valid taint value")
 			}
 		}
-		id := t.Key + ":" + string(t.Effect)
-		if seen[id] {
-			return nil, nil, usageError(fmt.Sprintf("duplicated taints with the same key and effect: %v", t), "name each key and effect once")
+		for i := range add {
+			if add[i].MatchTaint(&t) {
+				return nil, nil, usageError(fmt.Sprintf("duplicated taints with the same key and effect: %v", t), "name each key and effect once")
+			}
 		}
-		seen[id] = true
 		add = append(add, t)
 	}
 	for _, r := range remove {
 		for _, a := range add {
 			if r.Key == a.Key && (r.Effect == "" || r.Effect == a.Effect) {
-				return nil, nil, usageError(fmt.Sprintf("can not both modify and remove the following taint(s) in the same command: %s", taintString(r)), "do one or the other")
+				return nil, nil, usageError(fmt.Sprintf("can not both modify and remove the following taint(s) in the same command: %s", r.ToString()), "do one or the other")
 			}
 		}
 	}
@@ -130,23 +128,8 @@ func validateEffect(e corev1.TaintEffect) error {
 	return usageError(fmt.Sprintf("invalid taint effect: %v, unsupported taint effect", e), "use NoSchedule, PreferNoSchedule or NoExecute")
 }
 
-// taintString is corev1.Taint.ToString: key[=value][:effect].
-func taintString(t corev1.Taint) string {
-	s := t.Key
-	if t.Value != "" {
-		s += "=" + t.Value
-	}
-	if t.Effect != "" {
-		s += ":" + string(t.Effect)
-	}
-	return s
-}
-
 // Run implements the command.
-func (c *TaintCommand) Run(ctx context.Context, args []string, std IO) error {
-	if err := c.parse(args, std); err != nil {
-		return err
-	}
+func (c *TaintCommand) Run(ctx context.Context, std IO) error {
 	h, err := c.connect(c.main)
 	if err != nil {
 		return err
@@ -196,7 +179,7 @@ func reorganizeTaints(node *corev1.Node, overwrite bool, add, remove []corev1.Ta
 		var exists []string
 		for _, t := range add {
 			for _, old := range node.Spec.Taints {
-				if t.Key == old.Key && t.Effect == old.Effect {
+				if t.MatchTaint(&old) {
 					exists = append(exists, t.Key)
 				}
 			}
@@ -234,7 +217,7 @@ func reorganizeTaints(node *corev1.Node, overwrite bool, add, remove []corev1.Ta
 		}
 		newTaints = kept
 		if !removed {
-			errs = append(errs, fmt.Errorf("taint %q not found", taintString(r)))
+			errs = append(errs, fmt.Errorf("taint %q not found", r.ToString()))
 		}
 		deleted = removed
 	}

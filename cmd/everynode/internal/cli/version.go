@@ -3,6 +3,8 @@ package cli
 import (
 	"context"
 	"fmt"
+
+	"github.com/spf13/pflag"
 )
 
 // VersionCommand is "everynode version".
@@ -13,18 +15,19 @@ type VersionCommand struct {
 	clientOnly bool
 }
 
-// Run implements the command: the client version, then the server's /version.
-func (c *VersionCommand) Run(ctx context.Context, args []string, std IO) error {
-	fs := newFlagSet("version", "version [--client]", std.Out)
-	c.register(fs.FlagSet)
+func (c *VersionCommand) flags(fs *pflag.FlagSet) {
 	fs.BoolVar(&c.clientOnly, "client", false, "print only the client version")
-	pos, err := fs.parse(args)
-	if err != nil {
-		return err
-	}
+}
+
+func (c *VersionCommand) complete(pos []string) error {
 	if len(pos) > 0 {
 		return usageError(fmt.Sprintf("unexpected arguments %q", pos), "version takes no arguments")
 	}
+	return nil
+}
+
+// Run implements the command: the client version, then the server's /version.
+func (c *VersionCommand) Run(ctx context.Context, std IO) error {
 	fmt.Fprintf(std.Out, "Client Version: %s\n", Version())
 	if c.clientOnly {
 		return nil

@@ -3,6 +3,7 @@ package agenttest
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/everynode/everynode/client"
 	clientfake "github.com/everynode/everynode/client/fake"
+	"github.com/everynode/everynode/internal/testkit"
 	"github.com/everynode/everynode/nodeagent"
 	"github.com/everynode/everynode/nodeagent/runtime"
 	"github.com/everynode/everynode/resources"
@@ -60,18 +62,16 @@ func TestPodRuns(t *testing.T) {
 	if ins.Config.Labels[runtime.LabelPodUID] != string(p.UID) || ins.Config.Labels[runtime.LabelNode] != n.name {
 		t.Errorf("labels %v", ins.Config.Labels)
 	}
-	var out bytes.Buffer
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(out.String(), "hello from the pod") {
-		out.Reset()
+	testkit.Eventually(t, 10*time.Second, func() error {
+		var out bytes.Buffer
 		if err := a.Logs(t.Context(), "default", "web", nodeagent.LogRequest{}, &out); err != nil {
 			t.Fatalf("Logs: %v", err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("logs %q", out.String())
+		if !strings.Contains(out.String(), "hello from the pod") {
+			return fmt.Errorf("logs %q", out.String())
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // TestKilledContainerRestarts: a container killed behind the agent's back is
@@ -200,7 +200,19 @@ func TestDeletedPodStopsWithinGrace(t *testing.T) {
 	src := chanSource{ch: make(chan []*corev1.Pod, 1)}
 	src.ch <- []*corev1.Pod{n.get("doomed")}
 	n.start(src)
-	n.wait("doomed", "running", 20*time.Second, running)
+	id := strings.TrimPrefix(n.wait("doomed", "running", 20*time.Second, running).Status.ContainerStatuses[0].ContainerID, "docker://")
+	// "up" is printed once the process handles SIGTERM: a SIGTERM before
+	// that would end it at once, not after the grace period.
+	testkit.Eventually(t, 10*time.Second, func() error {
+		var b bytes.Buffer
+		if err := n.rt.Logs(t.Context(), id, runtime.LogOptions{}, &b); err != nil {
+			return err
+		}
+		if !strings.Contains(b.String(), "up") {
+			return fmt.Errorf("logs %q, waiting for up", b.String())
+		}
+		return nil
+	})
 
 	const grace = 2
 	doomed := n.get("doomed")
@@ -208,13 +220,12 @@ func TestDeletedPodStopsWithinGrace(t *testing.T) {
 	doomed.DeletionTimestamp, doomed.DeletionGracePeriodSeconds = &now, ptr(int64(grace))
 	start := time.Now()
 	src.ch <- []*corev1.Pod{doomed}
-	deadline := start.Add(grace*time.Second + 8*time.Second)
-	for len(n.containers(p)) > 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("containers still there %s after deletion", time.Since(start))
+	testkit.Eventually(t, grace*time.Second+8*time.Second, func() error {
+		if l := n.containers(p); len(l) > 0 {
+			return fmt.Errorf("%d container(s) still there %s after deletion", len(l), time.Since(start))
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 	if d := time.Since(start); d < grace*time.Second {
 		t.Errorf("container gone after %s, before the grace period of %ds", d, grace)
 	}
@@ -260,20 +271,16 @@ func TestStrayContainersSwept(t *testing.T) {
 	n.start(nil)
 	kept := n.wait("kept", "running", 20*time.Second, running).Status.ContainerStatuses[0].ContainerID
 
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	testkit.Eventually(t, 15*time.Second, func() error {
 		l, err := n.rt.ListContainers(ctx, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(l) == 1 && "docker://"+l[0].ID == kept {
-			break
+		if len(l) != 1 || "docker://"+l[0].ID != kept {
+			return fmt.Errorf("node's containers %+v; want only %s (strays %v swept)", l, kept, strays)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("node's containers %+v; want only %s (strays %v swept)", l, kept, strays)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 	if _, err := engine.cli.ContainerInspect(ctx, foreign); err != nil {
 		t.Errorf("another node's container was touched: %v", err)
 	}
@@ -291,14 +298,22 @@ func TestAgentRestartReadopts(t *testing.T) {
 	stop()
 
 	n.start(nil)
-	time.Sleep(2 * time.Second) // several relists and resyncs of the new agent
-	after := n.wait("steady", "running", 10*time.Second, running).Status.ContainerStatuses[0]
-	if after.ContainerID != before.ContainerID || after.RestartCount != 0 {
-		t.Errorf("after the agent restart: %s restarts %d; want %s, 0", after.ContainerID, after.RestartCount, before.ContainerID)
-	}
-	if l := n.containers(p); len(l) != 1 || l[0].State != runtime.StateRunning {
-		t.Errorf("containers after the agent restart: %+v", l)
-	}
+	// Over several relists (200ms) and resyncs (1s) of the new agent, the
+	// pod keeps its container.
+	testkit.Consistently(t, 2*time.Second, func() error {
+		pod := n.get("steady")
+		if !running(pod) {
+			return fmt.Errorf("after the agent restart the pod is not running: %+v", pod.Status)
+		}
+		after := pod.Status.ContainerStatuses[0]
+		if after.ContainerID != before.ContainerID || after.RestartCount != 0 {
+			return fmt.Errorf("after the agent restart: %s restarts %d; want %s, 0", after.ContainerID, after.RestartCount, before.ContainerID)
+		}
+		if l := n.containers(p); len(l) != 1 || l[0].State != runtime.StateRunning {
+			return fmt.Errorf("containers after the agent restart: %+v", l)
+		}
+		return nil
+	})
 }
 
 // TestTwoAgentsOneEngine: two agents share the engine and one API; each runs
@@ -313,19 +328,23 @@ func TestTwoAgentsOneEngine(t *testing.T) {
 	b.start(nil)
 	ida := a.wait("pa", "running", 20*time.Second, running).Status.ContainerStatuses[0].ContainerID
 	idb := b.wait("pb", "running", 20*time.Second, running).Status.ContainerStatuses[0].ContainerID
-	time.Sleep(2 * time.Second) // several relists: each agent sees the other's container on the engine
-	for _, c := range []struct {
-		n   *node
-		pod string
-		id  string
-	}{{a, "pa", ida}, {b, "pb", idb}} {
-		cs := c.n.get(c.pod).Status.ContainerStatuses[0]
-		if cs.ContainerID != c.id || cs.RestartCount != 0 || cs.State.Running == nil {
-			t.Errorf("%s: %+v; want %s still running", c.pod, cs, c.id)
+	// Over several relists (200ms) and resyncs (1s), each agent sees the
+	// other's container on the engine and leaves it alone.
+	testkit.Consistently(t, 2*time.Second, func() error {
+		for _, c := range []struct {
+			n   *node
+			pod string
+			id  string
+		}{{a, "pa", ida}, {b, "pb", idb}} {
+			cs := c.n.get(c.pod).Status.ContainerStatuses[0]
+			if cs.ContainerID != c.id || cs.RestartCount != 0 || cs.State.Running == nil {
+				return fmt.Errorf("%s: %+v; want %s still running", c.pod, cs, c.id)
+			}
+			ins, err := engine.cli.ContainerInspect(t.Context(), strings.TrimPrefix(c.id, "docker://"))
+			if err != nil || !ins.State.Running {
+				return fmt.Errorf("%s container: running %v, %v", c.pod, err == nil && ins.State.Running, err)
+			}
 		}
-		ins, err := engine.cli.ContainerInspect(t.Context(), strings.TrimPrefix(c.id, "docker://"))
-		if err != nil || !ins.State.Running {
-			t.Errorf("%s container: %v", c.pod, err)
-		}
-	}
+		return nil
+	})
 }

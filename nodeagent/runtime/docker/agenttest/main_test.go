@@ -1,7 +1,6 @@
 package agenttest
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -18,12 +17,17 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/everynode/everynode/agent"
+	enclient "github.com/everynode/everynode/client"
 	clientfake "github.com/everynode/everynode/client/fake"
+	"github.com/everynode/everynode/gossip"
+	"github.com/everynode/everynode/internal/testkit"
 	"github.com/everynode/everynode/nodeagent"
 	"github.com/everynode/everynode/nodeagent/runtime"
 	"github.com/everynode/everynode/nodeagent/runtime/docker"
 	"github.com/everynode/everynode/nodeagent/runtime/docker/internal/testimage"
 	"github.com/everynode/everynode/resources"
+	"github.com/everynode/everynode/server"
 )
 
 // engine is what TestMain found: set before any test runs, read-only after.
@@ -88,7 +92,7 @@ type node struct {
 	name string
 	api  *clientfake.Client
 	rt   *docker.Runtime
-	logs *syncBuffer
+	logs *testkit.Buffer
 }
 
 // newNode makes a node name unique to this run and removes every container
@@ -98,7 +102,7 @@ func newNode(t *testing.T, name string, api *clientfake.Client) *node {
 	if engine.cli == nil {
 		t.Skip("SKIP: no Docker engine: " + engine.skipWhy)
 	}
-	n := &node{t: t, name: nodePrefix() + name, api: api, logs: &syncBuffer{}}
+	n := &node{t: t, name: nodePrefix() + name, api: api, logs: &testkit.Buffer{}}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	rt, err := docker.New(ctx, docker.Config{NodeName: n.name, Logger: n.logger()})
@@ -197,17 +201,14 @@ func (n *node) get(name string) *corev1.Pod {
 // wait polls the pod (a real asynchronous system) until cond holds.
 func (n *node) wait(name, what string, within time.Duration, cond func(*corev1.Pod) bool) *corev1.Pod {
 	n.t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		p := n.get(name)
-		if cond(p) {
-			return p
+	var p *corev1.Pod
+	testkit.Eventually(n.t, within, func() error {
+		if p = n.get(name); !cond(p) {
+			return fmt.Errorf("pod %s: waiting for %s; status: %+v", name, what, p.Status)
 		}
-		if time.Now().After(deadline) {
-			n.t.Fatalf("pod %s: timed out after %s waiting for %s; status: %+v", name, within, what, p.Status)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
+	return p
 }
 
 // containers lists the node's containers of the pod on the engine.
@@ -231,20 +232,35 @@ func waitingReason(p *corev1.Pod) string {
 	return p.Status.ContainerStatuses[0].State.Waiting.Reason
 }
 
-// syncBuffer is a bytes.Buffer safe for concurrent use.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+// startServer runs a whole server whose local agent is node n on the
+// engine, stopped when the test ends, and returns it with an admin client
+// once n's Node is registered (a pod bound to a Node not registered yet is
+// deleted by the pod GC).
+func (n *node) startServer() (*server.Server, *enclient.HTTP) {
+	n.t.Helper()
+	t, ctx := n.t, context.Background()
+	s, err := server.Start(ctx, server.Config{
+		DataDir: t.TempDir(), Listen: "127.0.0.1:0", CompactInterval: -1,
+		Logger: slog.New(slog.NewTextHandler(n.logs, &slog.HandlerOptions{Level: slog.LevelInfo})),
+		Gossip: agent.GossipOptions{Addr: "127.0.0.1:0", Profile: gossip.ProfileLocal, LeaveOnStop: true},
+		Agent:  &agent.NodeOptions{Name: n.name, IP: "127.0.0.1", Runtime: agent.RuntimeDocker, LogListen: "127.0.0.1:0"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	cfg, err := enclient.LoadKubeconfigFrom([]string{s.Kubeconfig()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, err := enclient.NewHTTP(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Close() })
+	testkit.Eventually(t, 30*time.Second, func() error {
+		_, err := admin.Get(ctx, resources.Nodes, "", n.name)
+		return err
+	})
+	return s, admin
 }

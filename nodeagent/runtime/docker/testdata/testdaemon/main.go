@@ -25,7 +25,20 @@ func main() {
 	ignoreTerm := flag.Bool("ignore-term", false, "ignore SIGTERM")
 	allocMB := flag.Int("alloc-mb", 0, "allocate and touch this many MiB at start")
 	exists := flag.String("exists", "", "exit 0 at once if this path exists, else 1 (a probe)")
+	appendTo := flag.String("append", "", "FILE=LINE: append LINE to FILE at start (exit 1 if it cannot)")
+	caps := flag.Bool("caps", false, "print the pid and the Cap* lines of /proc/self/status at start")
+	cat := flag.String("cat", "", "print this file to stdout and exit 0 at once, 1 when unreadable (an exec)")
 	flag.Parse()
+
+	if *cat != "" {
+		b, err := os.ReadFile(*cat)
+		if err != nil {
+			fmt.Println(err)
+			os.Exit(1)
+		}
+		os.Stdout.Write(b)
+		os.Exit(0)
+	}
 
 	if *exists != "" {
 		if _, err := os.Stat(*exists); err != nil {
@@ -35,6 +48,35 @@ func main() {
 		os.Exit(0)
 	}
 
+	if *appendTo != "" {
+		file, line, _ := strings.Cut(*appendTo, "=")
+		f, err := os.OpenFile(file, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+		if err == nil {
+			_, err = fmt.Fprintln(f, line)
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "append:", err)
+			os.Exit(1)
+		}
+	}
+	if *caps {
+		fmt.Printf("pid=%d uid=%d\n", os.Getpid(), os.Getuid())
+		b, _ := os.ReadFile("/proc/self/status")
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(l, "Cap") {
+				fmt.Println(l)
+			}
+		}
+	}
+
+	// Signals are caught before the first line: once -say is in the logs,
+	// SIGTERM is handled (ignored with -ignore-term) and no longer kills the
+	// process through the Go runtime's default.
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
 	if *say != "" {
 		fmt.Println(*say)
 	}
@@ -75,8 +117,6 @@ func main() {
 			}
 		}()
 	}
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
 	var timeout <-chan time.Time
 	if *exitAfter > 0 {
 		timeout = time.After(*exitAfter)

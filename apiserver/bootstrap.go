@@ -1,0 +1,184 @@
+package apiserver
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/component-helpers/auth/rbac/reconciliation"
+	"k8s.io/kubernetes/plugin/pkg/auth/authorizer/rbac/bootstrappolicy"
+
+	"github.com/everynode/everynode/resources"
+	"github.com/everynode/everynode/store"
+)
+
+// EnsureBootstrapPolicy reconciles Kubernetes' default RBAC policy
+// (k8s.io/kubernetes bootstrappolicy: cluster-admin, admin, edit, view and
+// their aggregation, system:basic-user, system:discovery,
+// system:public-info-viewer, the controller and node roles, their bindings,
+// and the roles of kube-system and kube-public) as kube-apiserver does at
+// start, with component-helpers' reconciliation: missing objects are
+// created, missing rules and subjects added; extra ones are kept, and an
+// object annotated rbac.authorization.kubernetes.io/autoupdate=false is left
+// alone. The namespaces the namespaced roles live in must exist.
+func (s *Server) EnsureBootstrapPolicy(ctx context.Context) error {
+	for _, cr := range append(bootstrappolicy.ClusterRoles(), bootstrappolicy.ControllerRoles()...) {
+		o := reconciliation.ReconcileRoleOptions{
+			Role: reconciliation.ClusterRoleRuleOwner{ClusterRole: cr.DeepCopy()}, Confirm: true,
+			Client: ruleOwners{s: s, ctx: ctx, r: resources.ClusterRoles},
+		}
+		if _, err := o.Run(); err != nil {
+			return fmt.Errorf("apiserver: reconcile clusterrole %q: %w", cr.Name, err)
+		}
+	}
+	for _, b := range append(bootstrappolicy.ClusterRoleBindings(), bootstrappolicy.ControllerRoleBindings()...) {
+		o := reconciliation.ReconcileRoleBindingOptions{
+			RoleBinding: reconciliation.ClusterRoleBindingAdapter{ClusterRoleBinding: b.DeepCopy()}, Confirm: true,
+			Client: bindings{s: s, ctx: ctx, r: resources.ClusterRoleBindings},
+		}
+		if _, err := o.Run(); err != nil {
+			return fmt.Errorf("apiserver: reconcile clusterrolebinding %q: %w", b.Name, err)
+		}
+	}
+	roles := bootstrappolicy.NamespaceRoles()
+	// As upstream's reconciliation, the namespaces of namespaced roles are
+	// created if missing.
+	if err := s.EnsureNamespaces(ctx, slices.Sorted(maps.Keys(roles))...); err != nil {
+		return err
+	}
+	for _, ns := range slices.Sorted(maps.Keys(roles)) {
+		for _, r := range roles[ns] {
+			o := reconciliation.ReconcileRoleOptions{
+				Role: reconciliation.RoleRuleOwner{Role: r.DeepCopy()}, Confirm: true,
+				Client: ruleOwners{s: s, ctx: ctx, r: resources.Roles},
+			}
+			if _, err := o.Run(); err != nil {
+				return fmt.Errorf("apiserver: reconcile role %s/%s: %w", ns, r.Name, err)
+			}
+		}
+	}
+	rbs := bootstrappolicy.NamespaceRoleBindings()
+	if err := s.EnsureNamespaces(ctx, slices.Sorted(maps.Keys(rbs))...); err != nil {
+		return err
+	}
+	for _, ns := range slices.Sorted(maps.Keys(rbs)) {
+		for _, b := range rbs[ns] {
+			o := reconciliation.ReconcileRoleBindingOptions{
+				RoleBinding: reconciliation.RoleBindingAdapter{RoleBinding: b.DeepCopy()}, Confirm: true,
+				Client: bindings{s: s, ctx: ctx, r: resources.RoleBindings},
+			}
+			if _, err := o.Run(); err != nil {
+				return fmt.Errorf("apiserver: reconcile rolebinding %s/%s: %w", ns, b.Name, err)
+			}
+		}
+	}
+	return nil
+}
+
+// ruleOwners is reconciliation's RuleOwnerModifier over the server's own
+// write path (defaults, validation), as system:apiserver.
+type ruleOwners struct {
+	s   *Server
+	ctx context.Context
+	r   *resources.Resource
+}
+
+func (m ruleOwners) call(namespace, name string) call {
+	return call{user: systemUser(), r: m.r, namespace: namespace, name: name}
+}
+
+func (m ruleOwners) Get(namespace, name string) (reconciliation.RuleOwner, error) {
+	obj, err := m.s.store.Get(m.ctx, m.r, namespace, name)
+	if err != nil {
+		return nil, m.s.statusError(err)
+	}
+	return ruleOwner(obj.DeepCopyObject().(resources.Object))
+}
+
+func (m ruleOwners) Create(in reconciliation.RuleOwner) (reconciliation.RuleOwner, error) {
+	obj := in.GetObject().(resources.Object)
+	m.r.SetTypeMeta(obj)
+	out, err := m.s.createObject(m.ctx, m.call(in.GetNamespace(), in.GetName()), obj, false)
+	if err != nil {
+		return nil, m.s.statusError(err)
+	}
+	return ruleOwner(out)
+}
+
+func (m ruleOwners) Update(in reconciliation.RuleOwner) (reconciliation.RuleOwner, error) {
+	obj := in.GetObject().(resources.Object)
+	m.r.SetTypeMeta(obj)
+	out, err := m.s.updateObject(m.ctx, m.call(in.GetNamespace(), in.GetName()), obj, false)
+	if err != nil {
+		return nil, m.s.statusError(err)
+	}
+	return ruleOwner(out)
+}
+
+func ruleOwner(obj resources.Object) (reconciliation.RuleOwner, error) {
+	switch o := obj.(type) {
+	case *rbacv1.ClusterRole:
+		return reconciliation.ClusterRoleRuleOwner{ClusterRole: o}, nil
+	case *rbacv1.Role:
+		return reconciliation.RoleRuleOwner{Role: o}, nil
+	}
+	return nil, fmt.Errorf("apiserver: %T is no role", obj)
+}
+
+// bindings is reconciliation's RoleBindingModifier, as ruleOwners.
+type bindings struct {
+	s   *Server
+	ctx context.Context
+	r   *resources.Resource
+}
+
+func (m bindings) Get(namespace, name string) (reconciliation.RoleBinding, error) {
+	obj, err := m.s.store.Get(m.ctx, m.r, namespace, name)
+	if err != nil {
+		return nil, m.s.statusError(err)
+	}
+	return binding(obj.DeepCopyObject().(resources.Object))
+}
+
+func (m bindings) Delete(namespace, name string, uid types.UID) error {
+	_, err := m.s.store.Delete(m.ctx, m.r, namespace, name, &store.Preconditions{UID: string(uid)})
+	if err != nil {
+		return m.s.statusError(err)
+	}
+	return nil
+}
+
+func (m bindings) Create(in reconciliation.RoleBinding) (reconciliation.RoleBinding, error) {
+	obj := in.GetObject().(resources.Object)
+	m.r.SetTypeMeta(obj)
+	c := call{user: systemUser(), r: m.r, namespace: in.GetNamespace(), name: in.GetName()}
+	out, err := m.s.createObject(m.ctx, c, obj, false)
+	if err != nil {
+		return nil, m.s.statusError(err)
+	}
+	return binding(out)
+}
+
+func (m bindings) Update(in reconciliation.RoleBinding) (reconciliation.RoleBinding, error) {
+	obj := in.GetObject().(resources.Object)
+	m.r.SetTypeMeta(obj)
+	c := call{user: systemUser(), r: m.r, namespace: in.GetNamespace(), name: in.GetName()}
+	out, err := m.s.updateObject(m.ctx, c, obj, false)
+	if err != nil {
+		return nil, m.s.statusError(err)
+	}
+	return binding(out)
+}
+
+func binding(obj resources.Object) (reconciliation.RoleBinding, error) {
+	switch o := obj.(type) {
+	case *rbacv1.ClusterRoleBinding:
+		return reconciliation.ClusterRoleBindingAdapter{ClusterRoleBinding: o}, nil
+	case *rbacv1.RoleBinding:
+		return reconciliation.RoleBindingAdapter{RoleBinding: o}, nil
+	}
+	return nil, fmt.Errorf("apiserver: %T is no binding", obj)
+}

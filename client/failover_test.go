@@ -1,0 +1,63 @@
+package client
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+)
+
+// TestFailover: requests go to the configured server while it answers,
+// move to another when it cannot be reached (a POST's body is sent again,
+// whole) and stay there; an answer with an error status is not retried.
+func TestFailover(t *testing.T) {
+	var hits []string
+	handler := func(name string) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			b, _ := io.ReadAll(r.Body)
+			hits = append(hits, name+":"+string(b))
+			if r.URL.Path == "/fail" {
+				http.Error(w, "no", http.StatusInternalServerError)
+				return
+			}
+			io.WriteString(w, name)
+		})
+	}
+	dead := httptest.NewServer(handler("dead"))
+	deadURL := dead.URL
+	alive := httptest.NewServer(handler("alive"))
+	defer alive.Close()
+	fo, err := NewFailover(http.DefaultTransport, deadURL, func() []string { return []string{alive.URL} })
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &http.Client{Transport: fo}
+	post := func(path string) (int, string) {
+		t.Helper()
+		res, err := c.Post(deadURL+path, "text/plain", strings.NewReader("body"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	if _, got := post("/"); got != "dead" {
+		t.Fatalf("first answer from %q", got)
+	}
+	dead.Close()
+	if _, got := post("/"); got != "alive" {
+		t.Fatalf("after the stop: answer from %q", got)
+	}
+	if fo.Current() != alive.URL {
+		t.Fatalf("current %s, want %s", fo.Current(), alive.URL)
+	}
+	if code, _ := post("/fail"); code != http.StatusInternalServerError {
+		t.Fatalf("status %d", code)
+	}
+	want := []string{"dead:body", "alive:body", "alive:body"}
+	if strings.Join(hits, ",") != strings.Join(want, ",") {
+		t.Fatalf("requests %v, want %v", hits, want)
+	}
+}

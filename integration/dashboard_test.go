@@ -1,0 +1,273 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"image/png"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/everynode/everynode/client"
+)
+
+// browserPath finds headless Chromium (Debian's chromium-headless-shell or
+// chromium); without one the test skips loudly, or fails when
+// EVERYNODE_REQUIRE_BROWSER is set (CI installs it: .ci/run).
+func browserPath(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"chromium-headless-shell", "chromium", "chromium-browser"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if p := "/usr/lib/chromium/chrome-headless-shell"; fileExists(p) {
+		return p
+	}
+	if os.Getenv("EVERYNODE_REQUIRE_BROWSER") != "" {
+		t.Fatal("EVERYNODE_REQUIRE_BROWSER is set but no headless Chromium is installed: apt-get install chromium-headless-shell")
+	}
+	t.Skip("SKIPPING the dashboard browser test: no headless Chromium (apt-get install chromium-headless-shell; CI sets EVERYNODE_REQUIRE_BROWSER=1)")
+	return ""
+}
+
+func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+// browser is one headless Chromium tab on the cluster's dashboard; every
+// request the page makes is recorded.
+type browser struct {
+	t    *testing.T
+	ctx  context.Context
+	mu   sync.Mutex
+	urls []string
+}
+
+func newBrowser(t *testing.T, c *cluster) *browser {
+	t.Helper()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(browserPath(t)),
+		chromedp.NoSandbox,
+		chromedp.Flag("ignore-certificate-errors", true), // the cluster's own CA
+		chromedp.WindowSize(1280, 720),
+	)
+	actx, acancel := chromedp.NewExecAllocator(c.ctx, opts...)
+	b := &browser{t: t}
+	ctx, cancel := chromedp.NewContext(actx, chromedp.WithListener(func(ev any) {
+		if e, ok := ev.(*network.EventRequestWillBeSent); ok {
+			b.mu.Lock()
+			b.urls = append(b.urls, e.Request.URL)
+			b.mu.Unlock()
+		}
+	}))
+	t.Cleanup(func() { cancel(); acancel() })
+	b.ctx = ctx
+	// The first action starts the browser: no timeout on its context.
+	if err := chromedp.Do(ctx, chromedp.Navigate(c.url+"/ui/")); err != nil {
+		t.Fatalf("browser: %v", err)
+	}
+	return b
+}
+
+func (b *browser) run(actions ...chromedp.Action[chromedp.Void]) {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, waitLong)
+	defer cancel()
+	if err := chromedp.Do(ctx, actions...); err != nil {
+		page, _ := b.eval(`document.body.innerText.slice(0, 3000)`)
+		b.t.Fatalf("browser: %v; the page shows:\n%s", err, page)
+	}
+}
+
+// eval returns the string value of a JavaScript expression in the page.
+func (b *browser) eval(expr string) (string, error) {
+	ctx, cancel := context.WithTimeout(b.ctx, waitLong)
+	defer cancel()
+	return chromedp.Run(ctx, chromedp.Evaluate[string](expr))
+}
+
+// waitText waits until the expression's string value contains want.
+func (b *browser) waitText(expr, want string) {
+	b.t.Helper()
+	eventually(b.t, waitLong, func() error {
+		s, err := b.eval(expr)
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(s, want) {
+			return fmt.Errorf("%s is %q, want %q in it", expr, s, want)
+		}
+		return nil
+	})
+}
+
+func (b *browser) login(token string) {
+	b.t.Helper()
+	b.run(chromedp.WaitVisible(chromedp.ID("token")),
+		chromedp.SetValue(chromedp.ID("token"), token),
+		chromedp.Click(chromedp.CSS(`#login-form button[type="submit"]`)))
+}
+
+// cellStates is "node/ds=state" for every rendered cell, sorted.
+const cellStates = `[...document.querySelectorAll('.cell[data-r]')].map(e => e.closest('.row').dataset.node + '/' + e.dataset.ds + '=' + e.dataset.state).sort().join(' ')`
+
+// TestDashboardBrowser: in headless Chromium, an admin logs in, sees the
+// grid of a simulated fleet grouped by zone, pauses a rollout from the UI
+// (confirming the dry-run's plan) and sees the API reflect it, watches the
+// cells turn to the old revision while paused and back when resumed,
+// navigates the grid with the keyboard; a read-only ServiceAccount sees
+// the fleet but its pause is refused; no request leaves the server's
+// origin. The screenshot is docs/dashboard.png (EVERYNODE_UPDATE_SCREENSHOT=1
+// writes it there).
+func TestDashboardBrowser(t *testing.T) {
+	browserPath(t)
+	c := newCluster(t, 0)
+	for i, zone := range []string{"zone-a", "zone-a", "zone-b"} {
+		c.startNode(fmt.Sprintf("node-%d", i), map[string]string{"topology.kubernetes.io/zone": zone})
+	}
+	for i := range 3 {
+		c.waitNode(fmt.Sprintf("node-%d", i))
+	}
+	for _, name := range []string{"logs", "metrics"} {
+		ds := newDaemonSet(name)
+		ds.Spec.UpdateStrategy.RollingUpdate = maxUnavailable(1)
+		c.createDS(ds)
+		c.waitStatus(name, counts{desired: 3, current: 3, ready: 3, updated: 3, available: 3})
+	}
+
+	b := newBrowser(t, c)
+	b.login(adminToken)
+	b.waitText(`document.getElementById('who').textContent`, "signed in as admin")
+	want := "node-0/logs=ready node-0/metrics=ready node-1/logs=ready node-1/metrics=ready node-2/logs=ready node-2/metrics=ready"
+	b.waitText(cellStates, want)
+	// Group by zone.
+	filter := func(id, value string) {
+		t.Helper()
+		if _, err := b.eval(fmt.Sprintf(`((e) => { e.value = %q; e.dispatchEvent(new Event('input')); return 'ok' })(document.getElementById(%q))`, value, id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	filter("group", "topology.kubernetes.io/zone")
+	b.waitText(`[...document.querySelectorAll('.group')].map(e => e.textContent).join(',')`,
+		"topology.kubernetes.io/zone=zone-a,topology.kubernetes.io/zone=zone-b")
+	// Filters: a label, then a search.
+	const shownNodes = `'nodes=' + [...document.querySelectorAll('.row[data-node]')].map(e => e.dataset.node).join(',') + ';'`
+	filter("label", "topology.kubernetes.io/zone=zone-b")
+	b.waitText(shownNodes, "nodes=node-2;")
+	filter("label", "")
+	filter("search", "node-1")
+	b.waitText(shownNodes, "nodes=node-1;")
+	filter("search", "")
+	b.waitText(shownNodes, "nodes=node-0,node-1,node-2;")
+
+	// Pause from the DaemonSet's panel: the confirmation shows the plan;
+	// the API reflects the pause.
+	b.run(chromedp.Click(chromedp.CSS(`.hcell[title="default/logs"]`)),
+		chromedp.WaitVisible(chromedp.ID("act-pause")), chromedp.Click(chromedp.ID("act-pause")),
+		chromedp.WaitVisible(chromedp.ID("confirm-ok")))
+	b.waitText(`document.getElementById('confirm-plan').textContent`, "No pod of logs is replaced until you resume")
+	if ds := c.getDS("logs"); ds.Annotations["rollout.everynode.io/paused"] != "" {
+		t.Fatal("the dry run before the confirmation paused the DaemonSet")
+	}
+	b.run(chromedp.Click(chromedp.ID("confirm-ok")))
+	eventually(t, waitLong, func() error {
+		if v := c.getDS("logs").Annotations["rollout.everynode.io/paused"]; v != "true" {
+			return fmt.Errorf("paused annotation %q", v)
+		}
+		return nil
+	})
+	b.waitText(`document.querySelector('.hcell[title="default/logs"]').textContent`, "paused · logs")
+	b.run(chromedp.Click(chromedp.ID("details-close")), chromedp.WaitNotVisible(chromedp.ID("details")))
+
+	// A rollout while paused: every logs cell turns to the old revision,
+	// live; resumed, they come back to the current revision.
+	c.updateDS("logs", func(ds *appsv1.DaemonSet) { ds.Spec.Template.Spec.Containers[0].Image = imageV2 })
+	b.waitText(cellStates, "node-0/logs=old node-0/metrics=ready node-1/logs=old node-1/metrics=ready node-2/logs=old")
+	b.waitText(`document.querySelector('.cell[data-state="old"]').title`, "rollout paused")
+	shot := filepath.Join(t.TempDir(), "dashboard.png")
+	// The screenshot of docs/dashboard.md: a paused rollout, grouped by zone.
+	if _, err := b.eval(`window.scrollTo(0, 0); "ok"`); err != nil {
+		t.Fatal(err)
+	}
+	buf, err := chromedp.Run(b.ctx, chromedp.CaptureScreenshot())
+	if err != nil {
+		t.Fatalf("screenshot: %v", err)
+	}
+	if _, err := png.Decode(bytes.NewReader(buf)); err != nil {
+		t.Fatalf("screenshot: %v", err)
+	}
+	if os.Getenv("EVERYNODE_UPDATE_SCREENSHOT") != "" {
+		shot = "../docs/dashboard.png"
+	}
+	if err := os.WriteFile(shot, buf, 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	b.run(chromedp.Click(chromedp.CSS(`.hcell[title="default/logs"]`)),
+		chromedp.WaitVisible(chromedp.ID("act-resume")), chromedp.Click(chromedp.ID("act-resume")),
+		chromedp.WaitVisible(chromedp.ID("confirm-ok")), chromedp.Click(chromedp.ID("confirm-ok")))
+	b.waitText(cellStates, want)
+	if v, ok := c.getDS("logs").Annotations["rollout.everynode.io/paused"]; ok {
+		t.Errorf("resume left paused=%q", v)
+	}
+	b.run(chromedp.Click(chromedp.ID("details-close")))
+
+	// Keyboard: the grid takes focus, arrows move between cells, Enter
+	// opens the pod, Escape closes it.
+	b.run(chromedp.Focus(chromedp.ID("grid")))
+	b.waitText(`document.activeElement.dataset.r + ':' + document.activeElement.dataset.c`, "1:0")
+	b.run(chromedp.KeyEvent(kb.ArrowRight), chromedp.KeyEvent(kb.ArrowDown))
+	b.waitText(`document.activeElement.getAttribute('aria-label')`, "metrics on node-1: current, ready")
+	b.run(chromedp.KeyEvent(kb.Enter))
+	b.waitText(`document.querySelector('#details h2').textContent`, "Pod default/metrics-")
+	b.run(chromedp.KeyEvent(kb.Escape))
+	b.waitText(`String(document.getElementById('details').hidden)`, "true")
+
+	// A read-only ServiceAccount: sees the grid, its action is refused.
+	if _, err := c.admin.Create(c.ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "viewer"}}, client.WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range []client.Object{
+		&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "fleet-viewer"}, Rules: []rbacv1.PolicyRule{{Verbs: []string{"get", "list", "watch"},
+			APIGroups: []string{"", "apps"}, Resources: []string{"nodes", "pods", "daemonsets", "controllerrevisions", "events"}}}},
+		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "fleet-viewer"},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "fleet-viewer"},
+			Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "viewer", Namespace: ns}}},
+	} {
+		if _, err := c.admin.Create(c.ctx, o, client.WriteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.run(chromedp.Click(chromedp.ID("logout")))
+	b.login(c.requestToken(ns, "viewer"))
+	b.waitText(`document.getElementById('who').textContent`, "signed in as system:serviceaccount:default:viewer")
+	b.waitText(cellStates, want)
+	b.run(chromedp.Click(chromedp.CSS(`.hcell[title="default/metrics"]`)),
+		chromedp.WaitVisible(chromedp.ID("act-pause")), chromedp.Click(chromedp.ID("act-pause")))
+	b.waitText(`document.querySelector('#details-body .error').textContent`, "Pause metrics refused: 403")
+	if _, ok := c.getDS("metrics").Annotations["rollout.everynode.io/paused"]; ok {
+		t.Error("the read-only user paused metrics")
+	}
+
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, u := range b.urls {
+		if !strings.HasPrefix(u, c.url+"/ui/") {
+			t.Errorf("the page requested %s, outside %s/ui/", u, c.url)
+		}
+	}
+	if len(b.urls) < 5 {
+		t.Errorf("recorded requests: %v", b.urls)
+	}
+}

@@ -1,0 +1,186 @@
+package agenttest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/everynode/everynode/client"
+	clientfake "github.com/everynode/everynode/client/fake"
+	"github.com/everynode/everynode/internal/testkit"
+	"github.com/everynode/everynode/nodeagent"
+	"github.com/everynode/everynode/nodeagent/runtime"
+	"github.com/everynode/everynode/resources"
+)
+
+// cuttableAPIFake is the fake API behind a link that can be cut: every call
+// fails as an unreachable server's would, and open watches end.
+type cuttableAPIFake struct {
+	*clientfake.Client
+	mu      sync.Mutex
+	down    bool
+	watches []watch.Interface
+}
+
+func (c *cuttableAPIFake) Watch(ctx context.Context, r *resources.Resource, ns string, opts client.ListOptions) (watch.Interface, error) {
+	w, err := c.Client.Watch(ctx, r, ns, opts)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.down {
+		w.Stop()
+	} else {
+		c.watches = append(c.watches, w)
+	}
+	return w, nil
+}
+
+func (c *cuttableAPIFake) cut() {
+	c.Client.Fail("*", "*", apierrors.NewServiceUnavailable("test: the API server is unreachable"))
+	c.mu.Lock()
+	c.down = true
+	ws := c.watches
+	c.watches = nil
+	c.mu.Unlock()
+	for _, w := range ws {
+		w.Stop()
+	}
+}
+
+func (c *cuttableAPIFake) restore() {
+	c.mu.Lock()
+	c.down = false
+	c.mu.Unlock()
+	c.Client.Fail("*", "*", nil)
+}
+
+// TestPowerCutWithServerDown simulates a node's reboot while the server is
+// unreachable: the agent is stopped, every container of the node is removed
+// (as after a reboot, Docker restart policies aside), and the agent started
+// again with no server. Every pod it had, the static one included, runs
+// again from the agent's data dir alone. When the server returns there are
+// no duplicates and no needless restarts.
+func TestPowerCutWithServerDown(t *testing.T) {
+	t.Parallel()
+	api := &cuttableAPIFake{Client: clientfake.New()}
+	n := newNode(t, "powercut", api.Client)
+	n.seed(n.pod("app", "-exit-after", "-1ns"))
+	manifests, dataDir := t.TempDir(), t.TempDir()
+	static := fmt.Sprintf("apiVersion: v1\nkind: Pod\nmetadata:\n  name: edge\n  namespace: default\nspec:\n  containers:\n  - name: app\n    image: %s\n    imagePullPolicy: IfNotPresent\n    args: [\"-exit-after\", \"-1ns\"]\n", engine.image)
+	if err := os.WriteFile(filepath.Join(manifests, "edge.yaml"), []byte(static), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	start := func() func() {
+		a, err := nodeagent.New(nodeagent.Config{
+			NodeName: n.name, NodeIP: "127.0.0.1", Client: api, Runtime: n.rt, Logger: n.logger(),
+			DataDir: dataDir, ManifestDir: manifests, RelistPeriod: 200 * time.Millisecond, ResyncPeriod: time.Second,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- a.Run(ctx) }()
+		var once sync.Once
+		stop := func() {
+			once.Do(func() {
+				cancel()
+				select {
+				case <-done:
+				case <-time.After(30 * time.Second):
+					t.Errorf("agent did not stop")
+				}
+			})
+		}
+		t.Cleanup(stop)
+		return stop
+	}
+	pods := []string{"app", "edge-" + n.name}
+	// runningByPod lists each pod's running containers on the engine.
+	runningByPod := func() (map[string][]runtime.Container, error) {
+		all, err := n.rt.ListContainers(context.Background(), nil)
+		if err != nil {
+			return nil, err
+		}
+		out := map[string][]runtime.Container{}
+		for _, c := range all {
+			if c.State == runtime.StateRunning {
+				out[c.Labels[runtime.LabelPodName]] = append(out[c.Labels[runtime.LabelPodName]], c)
+			}
+		}
+		return out, nil
+	}
+	oneEach := func() (map[string]string, error) {
+		by, err := runningByPod()
+		if err != nil {
+			return nil, err
+		}
+		ids := map[string]string{}
+		for _, p := range pods {
+			if len(by[p]) != 1 {
+				return nil, fmt.Errorf("pod %s has %d running containers, want 1", p, len(by[p]))
+			}
+			ids[p] = by[p][0].ID
+		}
+		return ids, nil
+	}
+
+	stop := start()
+	for _, p := range pods {
+		n.wait(p, "running", 30*time.Second, running)
+	}
+
+	// The power cut: server unreachable, agent gone, every container gone.
+	api.cut()
+	stop()
+	all, err := n.rt.ListContainers(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range all {
+		if err := n.rt.RemoveContainer(context.Background(), c.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	t0 := time.Now()
+	start()
+	var ids map[string]string
+	testkit.Eventually(t, 30*time.Second, func() error {
+		var err error
+		ids, err = oneEach()
+		return err
+	})
+	t.Logf("after the power cut, with no server: every pod running again %s after the agent started", time.Since(t0).Round(10*time.Millisecond))
+
+	// The server returns: the pods are reported with the containers that
+	// run, and nothing is created or restarted for it.
+	api.restore()
+	for _, p := range pods {
+		n.wait(p, "reported running with the new container", 30*time.Second, func(pod *corev1.Pod) bool {
+			return running(pod) && pod.Status.ContainerStatuses[0].ContainerID == "docker://"+ids[p]
+		})
+	}
+	testkit.Consistently(t, 3*time.Second, func() error {
+		now, err := oneEach()
+		if err != nil {
+			return err
+		}
+		for p, id := range ids {
+			if now[p] != id {
+				return fmt.Errorf("pod %s: container %s replaced by %s after the server returned", p, id, now[p])
+			}
+		}
+		return nil
+	})
+}

@@ -1,0 +1,150 @@
+package agenttest
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/everynode/everynode/client"
+	clientfake "github.com/everynode/everynode/client/fake"
+	"github.com/everynode/everynode/internal/testkit"
+	"github.com/everynode/everynode/nodeagent"
+	"github.com/everynode/everynode/resources"
+)
+
+// TestConfigMapVolumeOnDocker: on real Docker, a container reads its
+// ConfigMap through a mounted volume; an edit of the ConfigMap shows up in
+// the running container's file (not in a subPath mount, as with kubelet);
+// then, after a power cut with the server unreachable, the restarted agent
+// brings the pod back from its data dir with the same file contents and the
+// Secret's env.
+func TestConfigMapVolumeOnDocker(t *testing.T) {
+	t.Parallel()
+	cm := &corev1.ConfigMap{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "cfg"},
+		Data:       map[string]string{"k": "v1"},
+	}
+	sec := &corev1.Secret{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "sec"},
+		Data:       map[string][]byte{"token": []byte("s3cret")},
+	}
+	api := &cuttableAPIFake{Client: clientfake.New(cm, sec)}
+	n := newNode(t, "volumes", api.Client)
+	p := n.pod("reader", "-exit-after", "-1ns")
+	p.Spec.Volumes = []corev1.Volume{{Name: "cfg", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+		LocalObjectReference: corev1.LocalObjectReference{Name: "cfg"}}}}}
+	c := &p.Spec.Containers[0]
+	c.VolumeMounts = []corev1.VolumeMount{{Name: "cfg", MountPath: "/cfg"}, {Name: "cfg", MountPath: "/pinned/k", SubPath: "k"}}
+	c.Env = []corev1.EnvVar{{Name: "TOKEN", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+		LocalObjectReference: corev1.LocalObjectReference{Name: "sec"}, Key: "token"}}}}
+	n.seed(p)
+	dataDir := t.TempDir()
+	start := func() func() {
+		a, err := nodeagent.New(nodeagent.Config{
+			NodeName: n.name, NodeIP: "127.0.0.1", Client: api, Runtime: n.rt, Logger: n.logger(),
+			DataDir: dataDir, RelistPeriod: 200 * time.Millisecond, ResyncPeriod: time.Second,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- a.Run(ctx) }()
+		var once sync.Once
+		stop := func() {
+			once.Do(func() {
+				cancel()
+				select {
+				case <-done:
+				case <-time.After(30 * time.Second):
+					t.Errorf("agent did not stop")
+				}
+			})
+		}
+		t.Cleanup(stop)
+		return stop
+	}
+	// cat reads a file from inside the pod's running container.
+	cat := func(path string) (string, error) {
+		l := n.containers(p)
+		if len(l) != 1 {
+			return "", fmt.Errorf("%d containers", len(l))
+		}
+		code, out, err := n.rt.Exec(context.Background(), l[0].ID, []string{"/testdaemon", "-cat", path})
+		if err != nil || code != 0 {
+			return "", fmt.Errorf("cat %s: exit %d, %v: %s", path, code, err, out)
+		}
+		return string(out), nil
+	}
+	expect := func(path, want string) {
+		t.Helper()
+		testkit.Eventually(t, 30*time.Second, func() error {
+			got, err := cat(path)
+			if err != nil {
+				return err
+			}
+			if got != want {
+				return fmt.Errorf("%s = %q, want %q", path, got, want)
+			}
+			return nil
+		})
+	}
+
+	stop := start()
+	n.wait("reader", "running", 30*time.Second, running)
+	expect("/cfg/k", "v1")
+	expect("/pinned/k", "v1")
+
+	obj, err := api.Get(t.Context(), resources.ConfigMaps, "default", "cfg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	edited := obj.(*corev1.ConfigMap)
+	edited.Data["k"] = "v2"
+	edit := time.Now()
+	if _, err := api.Update(t.Context(), edited, client.WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	expect("/cfg/k", "v2")
+	t.Logf("ConfigMap edit seen inside the running container after %s", time.Since(edit).Round(10*time.Millisecond))
+	if got, err := cat("/pinned/k"); err != nil || got != "v1" {
+		t.Errorf("subPath mount = %q (%v), want the content it was started with (v1)", got, err)
+	}
+
+	// Power cut: server unreachable, agent stopped, containers gone.
+	api.cut()
+	stop()
+	for _, c := range n.containers(p) {
+		if err := n.rt.RemoveContainer(context.Background(), c.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start()
+	expect("/cfg/k", "v2")
+	l := n.containers(p)
+	ins, err := engine.cli.ContainerInspect(t.Context(), l[0].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(ins.Config.Env, "TOKEN=s3cret") {
+		t.Errorf("env after restart offline lacks the Secret's value: %v", redact(ins.Config.Env))
+	}
+}
+
+func redact(env []string) []string {
+	out := make([]string, len(env))
+	for i, e := range env {
+		k, _, _ := strings.Cut(e, "=")
+		out[i] = k + "=…"
+	}
+	return out
+}

@@ -1,0 +1,114 @@
+// The dashboard's only way to the cluster: same-origin requests to /ui/api/,
+// where the server turns the session cookie into the API's bearer token.
+// State-changing requests carry the session's CSRF token.
+
+let csrf = '';
+
+export class APIError extends Error {
+  constructor(code, message) { super(message); this.code = code; }
+}
+
+async function failure(res) {
+  let msg = res.statusText;
+  try { const s = await res.json(); if (s.message) msg = s.message; } catch { /* not JSON */ }
+  return new APIError(res.status, `${res.status}: ${msg}`);
+}
+
+export async function session() {
+  const res = await fetch('/ui/session', { credentials: 'same-origin' });
+  if (!res.ok) throw await failure(res);
+  const s = await res.json();
+  csrf = s.csrf;
+  return s.user;
+}
+
+export async function login(token) {
+  const res = await fetch('/ui/login', {
+    method: 'POST', credentials: 'same-origin',
+    headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ token }),
+  });
+  if (!res.ok) throw await failure(res);
+  const s = await res.json();
+  csrf = s.csrf;
+  return s.user;
+}
+
+export async function logout() {
+  await fetch('/ui/logout', { method: 'POST', credentials: 'same-origin', headers: { 'X-Everynode-CSRF': csrf } });
+  csrf = '';
+}
+
+// request calls the API: path is the API's own ("/api/v1/nodes").
+export async function request(method, path, body, contentType = 'application/merge-patch+json') {
+  const headers = { Accept: 'application/json' };
+  if (method !== 'GET') headers['X-Everynode-CSRF'] = csrf;
+  if (body !== undefined) headers['Content-Type'] = contentType;
+  const res = await fetch('/ui/api' + path, {
+    method, credentials: 'same-origin', headers,
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  if (!res.ok) throw await failure(res);
+  const ct = res.headers.get('Content-Type') || '';
+  return ct.includes('json') ? res.json() : res.text();
+}
+
+export const get = (path) => request('GET', path);
+
+// lines streams a response's lines to onLine until it ends or signal aborts.
+export async function lines(path, signal, onLine) {
+  const res = await fetch('/ui/api' + path, { credentials: 'same-origin', signal });
+  if (!res.ok) throw await failure(res);
+  const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+  let buf = '';
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    buf += value;
+    let i;
+    while ((i = buf.indexOf('\n')) >= 0) {
+      const line = buf.slice(0, i);
+      buf = buf.slice(i + 1);
+      if (line.trim()) onLine(line);
+    }
+  }
+  if (buf.trim()) onLine(buf);
+}
+
+// Mirror keeps every object of one kind: a list, then one watch stream
+// from its resourceVersion, listed again when the watch ends or expires.
+export class Mirror {
+  constructor(path, onChange, onError) {
+    this.path = path; this.onChange = onChange; this.onError = onError;
+    this.items = new Map(); this.ctl = new AbortController(); this.synced = false;
+  }
+  key(o) { return (o.metadata.namespace || '') + '/' + o.metadata.name; }
+  async run() {
+    const signal = this.ctl.signal;
+    while (!signal.aborted) {
+      try {
+        const list = await get(this.path);
+        this.items = new Map(list.items.map((o) => [this.key(o), o]));
+        this.synced = true;
+        this.onChange();
+        const sep = this.path.includes('?') ? '&' : '?';
+        let rv = list.metadata.resourceVersion;
+        let expired = false;
+        await lines(`${this.path}${sep}watch=1&allowWatchBookmarks=true&resourceVersion=${rv}`, signal, (line) => {
+          const ev = JSON.parse(line);
+          if (ev.type === 'ERROR') { expired = true; return; }
+          if (ev.type === 'BOOKMARK') return;
+          if (ev.type === 'DELETED') this.items.delete(this.key(ev.object));
+          else this.items.set(this.key(ev.object), ev.object);
+          this.onChange();
+        });
+        if (expired) continue;
+      } catch (e) {
+        if (signal.aborted) return;
+        this.onError(e);
+        if (e.code === 401) return;
+      }
+      await new Promise((r) => setTimeout(r, 1000));
+    }
+  }
+  stop() { this.ctl.abort(); }
+}

@@ -1,0 +1,355 @@
+import * as api from './api.js';
+import { STATES, cell, paused, nodeReady } from './state.js';
+
+const $ = (id) => document.getElementById(id);
+const ROW = 28;
+const el = (tag, attrs = {}, ...kids) => {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (v === null || v === undefined) continue;
+    if (k === 'class') e.className = v; else if (k.startsWith('on')) e.addEventListener(k.slice(2), v); else e.setAttribute(k, v);
+  }
+  for (const k of kids) e.append(k);
+  return e;
+};
+
+const fleet = { nodes: null, dss: null, pods: null, mirrors: [] };
+let rows = [];        // [{group}] or [{node}]
+let columns = [];     // DaemonSets shown
+let cells = new Map(); // node name -> [cell per column]
+let focus = { r: 0, c: 0 };
+let scheduled = false;
+
+function showError(e) { $('error').textContent = e ? String(e.message || e) : ''; if (e?.code === 401) toLogin(e.message); }
+
+function toLogin(msg = '') {
+  for (const m of fleet.mirrors) m.stop();
+  fleet.mirrors = [];
+  $('fleet').hidden = true; $('logout').hidden = true; $('who').textContent = '';
+  $('login').hidden = false; $('login-error').textContent = msg; $('token').focus();
+}
+
+async function start(user) {
+  $('who').textContent = `signed in as ${user}`;
+  $('login').hidden = true; $('fleet').hidden = false; $('logout').hidden = false;
+  const change = () => schedule();
+  fleet.nodes = new api.Mirror('/api/v1/nodes', change, showError);
+  fleet.dss = new api.Mirror('/apis/apps/v1/daemonsets', change, showError);
+  fleet.pods = new api.Mirror('/api/v1/pods', change, showError);
+  fleet.mirrors = [fleet.nodes, fleet.dss, fleet.pods];
+  for (const m of fleet.mirrors) m.run();
+  $('grid').focus();
+}
+
+function schedule() {
+  if (scheduled) return;
+  scheduled = true;
+  requestAnimationFrame(() => { scheduled = false; compute(); render(); });
+}
+
+// compute derives the rows, columns and cells from the mirrors and filters.
+function compute() {
+  if (!fleet.nodes?.synced || !fleet.dss?.synced || !fleet.pods?.synced) return;
+  const q = $('search').value.trim().toLowerCase();
+  const groupKey = $('group').value.trim();
+  const [lk, lv] = $('label').value.split('=').map((s) => s.trim());
+  const want = $('state').value;
+  const tainted = $('tainted').checked;
+  const dss = [...fleet.dss.items.values()].sort((a, b) => a.metadata.name.localeCompare(b.metadata.name));
+  const byOwner = new Map();
+  for (const p of fleet.pods.items.values()) {
+    const ref = (p.metadata.ownerReferences || []).find((r) => r.controller && r.kind === 'DaemonSet');
+    if (!ref || !p.spec.nodeName) continue;
+    const k = ref.uid + '|' + p.spec.nodeName;
+    if (!byOwner.has(k)) byOwner.set(k, []);
+    byOwner.get(k).push(p);
+  }
+  const nodeMatch = (n) => n.metadata.name.toLowerCase().includes(q);
+  const dsMatch = dss.filter((d) => d.metadata.name.toLowerCase().includes(q));
+  // Searching a DaemonSet's name keeps every node and that column.
+  columns = q && dsMatch.length ? dsMatch : dss;
+  const keys = new Set();
+  cells = new Map();
+  const shown = [];
+  const now = Date.now();
+  for (const n of fleet.nodes.items.values()) {
+    Object.keys(n.metadata.labels || {}).forEach((k) => keys.add(k));
+    if (q && !dsMatch.length && !nodeMatch(n)) continue;
+    const nl = n.metadata.labels || {};
+    if (lk && !(lv === undefined ? Object.hasOwn(nl, lk) : nl[lk] === lv)) continue;
+    if (tainted && !(n.spec?.taints || []).length) continue;
+    const cs = columns.map((d) => cell(d, n, byOwner.get(d.metadata.uid + '|' + n.metadata.name) || [], now));
+    if (want && !cs.some((c) => c.state === want || (want === 'problem' && (c.state === 'failing' || c.state === 'unreachable')))) continue;
+    cells.set(n.metadata.name, cs);
+    shown.push(n);
+  }
+  const group = (n) => (groupKey ? (n.metadata.labels || {})[groupKey] ?? '(none)' : '');
+  shown.sort((a, b) => group(a).localeCompare(group(b)) || a.metadata.name.localeCompare(b.metadata.name));
+  rows = [];
+  let last = null;
+  for (const n of shown) {
+    if (groupKey && group(n) !== last) { last = group(n); rows.push({ group: `${groupKey}=${last}` }); }
+    rows.push({ node: n });
+  }
+  const dl = $('label-keys');
+  if (dl.childElementCount !== keys.size) dl.replaceChildren(...[...keys].sort().map((k) => el('option', { value: k })));
+  const counts = {};
+  for (const cs of cells.values()) for (const c of cs) counts[c.state] = (counts[c.state] || 0) + 1;
+  $('counts').textContent = `${shown.length} nodes × ${columns.length} DaemonSets · ` +
+    Object.entries(counts).map(([s, n]) => `${n} ${STATES[s].text}`).join(', ');
+  focus.r = Math.min(focus.r, Math.max(rows.length - 1, 0));
+  focus.c = Math.min(focus.c, Math.max(columns.length - 1, 0));
+}
+
+let headKey = '';
+function renderHead() {
+  const key = columns.map((d) => d.metadata.uid + d.metadata.resourceVersion).join();
+  if (key === headKey) return;
+  headKey = key;
+  $('grid-head').replaceChildren(el('div', { class: 'hcell', role: 'columnheader' }, 'node'),
+    ...columns.map((d) => el('div', {
+      class: 'hcell ds', role: 'columnheader', title: `${d.metadata.namespace}/${d.metadata.name}`,
+      onclick: () => showDaemonSet(d),
+    }, (paused(d) ? 'paused · ' : '') + d.metadata.name)));
+}
+
+// render draws only the rows in view (virtualised): a fleet of thousands
+// of nodes costs the DOM of one screen.
+function render() {
+  renderHead();
+  const grid = $('grid');
+  $('grid-spacer').style.height = rows.length * ROW + 'px';
+  const first = Math.max(0, Math.floor((grid.scrollTop) / ROW) - 5);
+  const last = Math.min(rows.length, first + Math.ceil(grid.clientHeight / ROW) + 10);
+  const out = [];
+  for (let r = first; r < last; r++) {
+    const row = rows[r];
+    const top = `top:${r * ROW}px;position:absolute`;
+    if (row.group) { out.push(el('div', { class: 'row group', style: top, role: 'row' }, row.group)); continue; }
+    const n = row.node;
+    const cs = cells.get(n.metadata.name);
+    const nr = nodeReady(n);
+    out.push(el('div', { class: 'row', style: top, role: 'row', 'data-node': n.metadata.name },
+      el('div', { class: 'name', role: 'rowheader', onclick: () => showNode(n) },
+        (nr && nr.status !== 'True' ? '⚠ ' : '') + n.metadata.name + ((n.spec?.taints || []).length ? ' ⛔' : '')),
+      ...cs.map((c, i) => {
+        const s = STATES[c.state];
+        const focused = r === focus.r && i === focus.c;
+        return el('div', {
+          class: `cell s-${c.state}`, role: 'gridcell', tabindex: focused ? '0' : '-1',
+          'data-state': c.state, 'data-ds': columns[i].metadata.name, 'data-r': r, 'data-c': i,
+          title: `${columns[i].metadata.name} on ${n.metadata.name}: ${s.text} — ${c.reason}`,
+          'aria-label': `${columns[i].metadata.name} on ${n.metadata.name}: ${s.text}, ${c.reason}`,
+          onclick: () => { focus = { r, c: i }; openCell(); },
+        }, `${s.icon} ${c.state === 'failing' ? c.reason.replace(/^container \S+ /, '') : s.text}`);
+      })));
+  }
+  $('grid-rows').replaceChildren(...out);
+  const f = document.querySelector(`.cell[data-r="${focus.r}"][data-c="${focus.c}"]`);
+  if (f && grid.contains(document.activeElement) && document.activeElement !== f && document.activeElement.classList.contains('cell')) f.focus();
+}
+
+function moveFocus(dr, dc) {
+  let r = focus.r + dr;
+  while (rows[r]?.group) r += dr || 1;
+  if (r < 0 || r >= rows.length) return;
+  focus = { r, c: Math.max(0, Math.min(columns.length - 1, focus.c + dc)) };
+  const grid = $('grid');
+  if (r * ROW < grid.scrollTop) grid.scrollTop = r * ROW;
+  if ((r + 2) * ROW > grid.scrollTop + grid.clientHeight) grid.scrollTop = (r + 2) * ROW - grid.clientHeight;
+  render();
+  document.querySelector(`.cell[data-r="${focus.r}"][data-c="${focus.c}"]`)?.focus();
+}
+
+function openCell() {
+  const row = rows[focus.r];
+  if (!row?.node) return;
+  const c = cells.get(row.node.metadata.name)[focus.c];
+  if (c.pod) showPod(columns[focus.c].metadata.namespace, c.pod);
+  else showNode(row.node);
+}
+
+$('grid').addEventListener('keydown', (e) => {
+  const moves = { ArrowUp: [-1, 0], ArrowDown: [1, 0], ArrowLeft: [0, -1], ArrowRight: [0, 1],
+    PageUp: [-10, 0], PageDown: [10, 0] };
+  if (moves[e.key]) { e.preventDefault(); if (rows[focus.r]?.group) focus.r++; moveFocus(...moves[e.key]); }
+  else if (e.key === 'Enter') { e.preventDefault(); openCell(); }
+  else if (e.key === 'Home') { e.preventDefault(); focus.r = 0; moveFocus(0, -columns.length); }
+});
+$('grid').addEventListener('focus', (e) => { if (e.target === $('grid')) moveFocus(0, 0); });
+$('grid').addEventListener('scroll', () => render(), { passive: true });
+for (const id of ['search', 'group', 'label', 'state', 'tainted']) $(id).addEventListener('input', schedule);
+
+// ---- details panels ----
+
+let detailCtl = null;
+
+function panel(title, ...kids) {
+  detailCtl?.abort();
+  detailCtl = new AbortController();
+  $('details-body').replaceChildren(el('h2', {}, title), ...kids);
+  $('details').hidden = false;
+  $('details').focus();
+  return detailCtl.signal;
+}
+function closeDetails() { detailCtl?.abort(); $('details').hidden = true; $('grid').focus(); }
+$('details-close').addEventListener('click', closeDetails);
+document.addEventListener('keydown', (e) => { if (e.key === 'Escape' && !$('details').hidden && !$('confirm').open) closeDetails(); });
+
+const table = (head, body) => el('table', {}, el('tr', {}, ...head.map((h) => el('th', {}, h))),
+  ...body.map((r) => el('tr', {}, ...r.map((c) => el('td', {}, c ?? '')))));
+const kv = (o) => table(['key', 'value'], Object.entries(o || {}).map(([k, v]) => [k, String(v)]));
+
+async function eventsFor(kind, ns, name) {
+  const sel = encodeURIComponent(`involvedObject.kind=${kind},involvedObject.name=${name}`);
+  const path = ns ? `/api/v1/namespaces/${ns}/events?fieldSelector=${sel}` : `/api/v1/events?fieldSelector=${sel}`;
+  try {
+    const l = await api.get(path);
+    const items = l.items.sort((a, b) => (b.lastTimestamp || b.eventTime || '').localeCompare(a.lastTimestamp || a.eventTime || '')).slice(0, 20);
+    return table(['last seen', 'type', 'reason', 'message'], items.map((e) => [e.lastTimestamp || e.eventTime, e.type, e.reason, e.message]));
+  } catch (e) { return el('p', { class: 'error' }, String(e.message)); }
+}
+
+// act runs a change after the user confirmed what it will do: the change
+// is first sent as a dry run (dryRun=All), and the confirmation shows it.
+async function act(title, method, path, body, describe, after) {
+  const sep = path.includes('?') ? '&' : '?';
+  const status = el('p', { class: 'error', role: 'alert' });
+  $('details-body').append(status);
+  let plan;
+  try {
+    const preview = await api.request(method, `${path}${sep}dryRun=All`, body);
+    plan = describe(preview);
+  } catch (e) { status.textContent = `${title} refused: ${e.message}`; return; }
+  $('confirm-title').textContent = title;
+  $('confirm-plan').textContent = plan;
+  const dlg = $('confirm');
+  dlg.returnValue = '';
+  dlg.showModal();
+  await new Promise((r) => dlg.addEventListener('close', r, { once: true }));
+  if (dlg.returnValue !== 'ok') { status.textContent = `${title}: cancelled, nothing changed`; return; }
+  try {
+    await api.request(method, path, body);
+    status.textContent = `${title}: done`;
+    after?.();
+  } catch (e) { status.textContent = `${title} refused: ${e.message}`; }
+}
+
+async function showNode(n) {
+  const name = n.metadata.name;
+  const cond = (n.status?.conditions || []).map((c) => [c.type, c.status, c.reason, c.message]);
+  const pods = [...fleet.pods.items.values()].filter((p) => p.spec.nodeName === name)
+    .map((p) => el('a', { href: '#', onclick: (e) => { e.preventDefault(); showPod(p.metadata.namespace, p.metadata.name); } }, `${p.metadata.namespace}/${p.metadata.name} (${p.status?.phase})`));
+  const unsched = !!n.spec?.unschedulable;
+  const cordon = el('button', {
+    type: 'button',
+    onclick: () => act(`${unsched ? 'Uncordon' : 'Cordon'} node ${name}`, 'PATCH', `/api/v1/nodes/${name}`, { spec: { unschedulable: unsched ? null : true } },
+      () => unsched ? `Node ${name} accepts new pods again.` : `Node ${name} is marked unschedulable: no new pods are placed on it; DaemonSet pods stay.`),
+  }, unsched ? 'Uncordon' : 'Cordon');
+  panel(`Node ${name}`, el('div', { class: 'actions' }, cordon),
+    el('h3', {}, 'Labels'), kv(n.metadata.labels),
+    el('h3', {}, 'Taints'), table(['key', 'value', 'effect'], (n.spec?.taints || []).map((t) => [t.key, t.value, t.effect])),
+    el('h3', {}, 'Conditions'), table(['type', 'status', 'reason', 'message'], cond),
+    el('h3', {}, 'Capacity'), kv(n.status?.capacity),
+    el('h3', {}, 'Pods'), el('ul', {}, ...pods.map((a) => el('li', {}, a))),
+    el('h3', {}, 'Recent events'), await eventsFor('Node', '', name));
+}
+
+function dsPath(d) { return `/apis/apps/v1/namespaces/${d.metadata.namespace}/daemonsets/${d.metadata.name}`; }
+
+async function showDaemonSet(d) {
+  const st = d.status || {};
+  const desired = st.desiredNumberScheduled || 0;
+  const pct = desired ? Math.round(100 * (st.updatedNumberScheduled || 0) / desired) : 0;
+  const ann = d.metadata.annotations || {};
+  const canary = ann['rollout.everynode.io/canary-selector'] || ann['rollout.everynode.io/partition'];
+  const patch = (title, annotations, what) => () => act(title, 'PATCH', dsPath(d), { metadata: { annotations } }, what);
+  const isPaused = paused(d);
+  const actions = el('div', { class: 'actions' },
+    el('button', { type: 'button', id: 'act-pause', disabled: isPaused ? '' : null,
+      onclick: patch(`Pause ${d.metadata.name}`, { 'rollout.everynode.io/paused': 'true' },
+        () => `No pod of ${d.metadata.name} is replaced until you resume; ${desired - (st.updatedNumberScheduled || 0)} of ${desired} nodes keep their old revision for now.`) }, 'Pause'),
+    el('button', { type: 'button', id: 'act-resume', disabled: isPaused ? null : '',
+      onclick: patch(`Resume ${d.metadata.name}`, { 'rollout.everynode.io/paused': null },
+        () => `The rollout continues: ${desired - (st.updatedNumberScheduled || 0)} nodes still to update, within the update budget.`) }, 'Resume'),
+    el('button', { type: 'button', id: 'act-promote', disabled: canary ? null : '',
+      onclick: patch(`Promote ${d.metadata.name}`, { 'rollout.everynode.io/canary-selector': null, 'rollout.everynode.io/partition': null },
+        () => `The canary/partition is lifted: every node of ${d.metadata.name} gets the update revision.`) }, 'Promote'),
+  );
+  const revs = el('div', {}, 'loading revisions…');
+  const signal = panel(`DaemonSet ${d.metadata.namespace}/${d.metadata.name}`,
+    el('p', {}, `${st.updatedNumberScheduled || 0}/${desired} updated, ${st.numberAvailable || 0}/${desired} available` + (isPaused ? ' — paused' : '')),
+    el('div', { class: 'bar', role: 'progressbar', 'aria-valuenow': pct, 'aria-valuemin': 0, 'aria-valuemax': 100 }, el('div', { style: `width:${pct}%` })),
+    actions, el('h3', {}, 'Conditions'), table(['type', 'status', 'reason', 'message'], (st.conditions || []).map((c) => [c.type, c.status, c.reason, c.message])),
+    el('h3', {}, 'Revisions'), revs,
+    el('h3', {}, 'Annotations'), kv(ann),
+    el('h3', {}, 'Recent events'), await eventsFor('DaemonSet', d.metadata.namespace, d.metadata.name));
+  try {
+    const l = await api.get(`/apis/apps/v1/namespaces/${d.metadata.namespace}/controllerrevisions`);
+    if (signal.aborted) return;
+    const mine = l.items.filter((r) => (r.metadata.ownerReferences || []).some((o) => o.uid === d.metadata.uid)).sort((a, b) => b.revision - a.revision);
+    revs.replaceChildren(table(['revision', 'name', 'created', ''], mine.map((r, i) => [String(r.revision), r.metadata.name, r.metadata.creationTimestamp,
+      i === 0 ? 'current' : el('button', { type: 'button', onclick: () => undo(d, r) }, `Undo to ${r.revision}`)])),
+    ...mine.slice(0, 2).length === 2 ? [el('h4', {}, `Template change ${mine[1].revision} → ${mine[0].revision}`), el('pre', {}, diff(mine[1].data, mine[0].data))] : []);
+  } catch (e) { revs.textContent = String(e.message); }
+}
+
+// undo restores a revision's template (what `kubectl rollout undo --to-revision` sends).
+function undo(d, rev) {
+  const tmpl = rev.data?.spec?.template;
+  act(`Undo ${d.metadata.name} to revision ${rev.revision}`, 'PATCH', dsPath(d), { spec: { template: tmpl } },
+    (preview) => `The template of ${d.metadata.name} goes back to revision ${rev.revision}; every node is updated to it.\n\n` +
+      diff(d.spec.template, preview.spec.template));
+}
+
+// diff is a line diff of two objects' JSON.
+function diff(a, b) {
+  const x = JSON.stringify(a, null, 1).split('\n');
+  const y = JSON.stringify(b, null, 1).split('\n');
+  const n = x.length, m = y.length;
+  if (n * m > 4e6) return '(too large to compare)';
+  const L = Array.from({ length: n + 1 }, () => new Uint16Array(m + 1));
+  for (let i = n - 1; i >= 0; i--) for (let j = m - 1; j >= 0; j--) L[i][j] = x[i] === y[j] ? L[i + 1][j + 1] + 1 : Math.max(L[i + 1][j], L[i][j + 1]);
+  const out = [];
+  let i = 0, j = 0;
+  while (i < n || j < m) {
+    if (i < n && j < m && x[i] === y[j]) { i++; j++; } else if (j < m && (i >= n || L[i][j + 1] >= L[i + 1][j])) out.push('+ ' + y[j++]); else out.push('- ' + x[i++]);
+  }
+  return out.length ? out.join('\n') : '(no change)';
+}
+
+async function showPod(ns, name) {
+  const p = fleet.pods.items.get(`${ns}/${name}`);
+  const log = el('pre', { 'aria-live': 'off' });
+  const cs = (p?.status?.containerStatuses || []).map((c) => [c.name, c.image, String(c.ready), String(c.restartCount),
+    Object.entries(c.state || {}).map(([k, v]) => `${k}${v.reason ? ': ' + v.reason : ''}`).join('')]);
+  const signal = panel(`Pod ${ns}/${name}`,
+    el('p', {}, `node ${p?.spec?.nodeName || '-'} · phase ${p?.status?.phase || '-'}`),
+    el('h3', {}, 'Containers'), table(['name', 'image', 'ready', 'restarts', 'state'], cs),
+    el('h3', {}, 'Recent events'), await eventsFor('Pod', ns, name),
+    el('h3', {}, 'Log (live)'), log);
+  const container = p?.spec?.containers?.[0]?.name;
+  try {
+    await api.lines(`/api/v1/namespaces/${ns}/pods/${name}/log?follow=true&tailLines=100${container ? '&container=' + container : ''}`, signal, (line) => {
+      log.append(line + '\n');
+      if (log.childNodes.length > 1000) log.firstChild.remove();
+      log.scrollTop = log.scrollHeight;
+    });
+  } catch (e) { if (!signal.aborted) log.append(`(log: ${e.message})\n`); }
+}
+
+// ---- legend, login ----
+
+$('legend').replaceChildren(...Object.entries(STATES).map(([k, s]) => el('span', { class: `cell s-${k}` }, `${s.icon} ${s.text}`)));
+
+$('login-form').addEventListener('submit', async (e) => {
+  e.preventDefault();
+  try {
+    const user = await api.login($('token').value);
+    $('token').value = '';
+    start(user);
+  } catch (err) { $('login-error').textContent = err.message; }
+});
+$('logout').addEventListener('click', async () => { await api.logout(); toLogin(); });
+
+api.session().then(start, () => toLogin());
