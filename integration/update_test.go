@@ -287,15 +287,18 @@ func sameUIDs(want, got map[string]types.UID) error {
 	return nil
 }
 
-// TestMinReadySeconds: with minReadySeconds 1 a ready pod counts as
-// available only a second after it became ready, in the status and in the
-// rolling update budget: a maxUnavailable=1 rollout over 3 nodes cannot
-// finish before two new pods have each been ready for a second.
+// TestMinReadySeconds: a ready pod counts as available only
+// minReadySeconds after it became ready, in the status and in the rolling
+// update budget. The status part runs with 5 s, a window wide enough to be
+// seen on a loaded machine (the controller may write its first status
+// after the pods became ready, never before); the rollout part with 1 s: a
+// maxUnavailable=1 rollout over 3 nodes cannot finish before two new pods
+// have each been ready for a second.
 func TestMinReadySeconds(t *testing.T) {
 	const n = 3
 	c := newCluster(t, n)
 	ds := newDaemonSet("agent")
-	ds.Spec.MinReadySeconds = 1
+	ds.Spec.MinReadySeconds = 5
 	ds.Spec.UpdateStrategy = appsv1.DaemonSetUpdateStrategy{Type: appsv1.RollingUpdateDaemonSetStrategyType, RollingUpdate: maxUnavailable(1)}
 	c.createDS(ds)
 	sawReadyNotAvailable := false
@@ -315,7 +318,10 @@ func TestMinReadySeconds(t *testing.T) {
 	c.waitStatus("agent", counts{desired: n, current: n, ready: n, updated: n, available: n})
 
 	start := time.Now()
-	c.updateDS("agent", func(ds *appsv1.DaemonSet) { ds.Spec.Template.Spec.Containers[0].Image = imageV2 })
+	c.updateDS("agent", func(ds *appsv1.DaemonSet) {
+		ds.Spec.MinReadySeconds = 1
+		ds.Spec.Template.Spec.Containers[0].Image = imageV2
+	})
 	cur := c.currentRevision("agent", "app=agent")
 	c.waitRolledOut("agent", n, cur.Labels[hashLabel])
 	took := time.Since(start)
