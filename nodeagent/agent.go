@@ -216,6 +216,11 @@ type Agent struct {
 	// prepull carries the images the Node's pre-pull annotations ask for
 	// from the node loop to the pre-pull loop (latest wins).
 	prepull chan []string
+	// bridgeAPI is the host:port at which pods without host networking
+	// reach an API server that the agent reaches on loopback (the API
+	// forwarder's address); empty: they cannot. Set by Run before any
+	// goroutine.
+	bridgeAPI string
 }
 
 // New validates cfg and returns an Agent.
@@ -351,9 +356,21 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer a.events.Shutdown() // after every goroutine below has stopped
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	fwd := a.bridgeAPIForwarder(ctx) // before any pod sync reads bridgeAPI
 	a.objects.start(ctx)
 	defer a.objects.wait() // after cancel: the watches end with ctx
 	var wg sync.WaitGroup
+	if fwd != nil {
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			fwd.Run(ctx)
+		}()
+		go func() {
+			defer wg.Done()
+			a.checkServingCert(ctx)
+		}()
+	}
 	srcErr := make(chan error, 1)
 	wg.Add(1)
 	go func() {

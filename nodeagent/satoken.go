@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -262,24 +261,19 @@ func ptrInt32(v int32) *int32 { return &v }
 
 // serviceEnv is the KUBERNETES_SERVICE_* and KUBERNETES_PORT_* variables
 // kubelet sets for the API's service, naming the API server as this pod can
-// reach it; none when it cannot (a loopback server seen from a pod that
-// does not share the host's network).
+// reach it: the agent's address of it, or for a pod without host networking
+// when that is a loopback address, the API forwarder's (bridgeAPI); none
+// when the pod cannot reach it.
 func (a *Agent) serviceEnv(pod *corev1.Pod) []corev1.EnvVar {
-	if a.cfg.APIServer == "" {
+	host, port, ok := a.apiServerHostPort()
+	if !ok {
 		return nil
 	}
-	u, err := url.Parse(a.cfg.APIServer)
-	if err != nil {
-		return nil
-	}
-	host, port := u.Hostname(), u.Port()
-	if port == "" {
-		port = "443"
-	}
-	if ip := net.ParseIP(host); (ip != nil && ip.IsLoopback()) || host == "localhost" {
-		if !pod.Spec.HostNetwork {
+	if isLoopbackHost(host) && !pod.Spec.HostNetwork {
+		if a.bridgeAPI == "" {
 			return nil
 		}
+		host, port, _ = net.SplitHostPort(a.bridgeAPI)
 	}
 	hp := net.JoinHostPort(host, port)
 	return []corev1.EnvVar{

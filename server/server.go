@@ -32,6 +32,7 @@ import (
 	"github.com/everynode/everynode/controller/leader"
 	"github.com/everynode/everynode/controller/nodelifecycle"
 	"github.com/everynode/everynode/gossip"
+	"github.com/everynode/everynode/nodeagent/runtime/docker"
 	"github.com/everynode/everynode/store"
 )
 
@@ -256,6 +257,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if adv != "" {
 		sans = append(sans, adv)
 	}
+	sans = append(sans, s.bridgeSANs(ctx, cfg, host)...)
 	if s.cluster, err = pki.Load(s.dataDir, sans...); err != nil {
 		return nil, &Error{Part: PartDataDir, Err: err}
 	}
@@ -622,6 +624,39 @@ func serverNodeIP(listenHost string) string {
 		return ip
 	}
 	return "127.0.0.1"
+}
+
+// bridgeTimeout bounds asking the local Docker engine for its bridge.
+const bridgeTimeout = 5 * time.Second
+
+// bridgeSANs are the serving certificate's names for the pods of this
+// host's agents: a server listening on loopback (or on every address) is
+// reached by an agent of this host on loopback, and that agent forwards it
+// to the pods without host networking at the Docker bridge's gateway
+// (nodeagent's API forwarder), so that address must be in the certificate
+// as the kubernetes Service's IP is on Kubernetes. None when the server
+// listens on another address, its local agent is not on Docker, or no
+// engine answers.
+func (s *Server) bridgeSANs(ctx context.Context, cfg Config, listenHost string) []string {
+	ip := net.ParseIP(listenHost)
+	if listenHost != "" && listenHost != "localhost" && (ip == nil || !(ip.IsLoopback() || ip.IsUnspecified())) {
+		return nil
+	}
+	var dockerHost string
+	if cfg.Agent != nil {
+		if cfg.Agent.Runtime != "" && cfg.Agent.Runtime != agent.RuntimeDocker {
+			return nil
+		}
+		dockerHost = cfg.Agent.DockerHost
+	}
+	bctx, cancel := context.WithTimeout(ctx, bridgeTimeout)
+	defer cancel()
+	gw, err := docker.BridgeGateway(bctx, dockerHost)
+	if err != nil {
+		s.log.Debug("no Docker bridge address for the serving certificate", "err", err)
+		return nil
+	}
+	return []string{gw.String()}
 }
 
 // hostnameOr is the lower-cased host name, or def.
