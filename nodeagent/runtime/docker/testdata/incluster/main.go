@@ -2,12 +2,15 @@
 // (FROM scratch, this static binary): every second it lists the nodes with
 // client-go's in-cluster configuration (the mounted service account token
 // and ca.crt, KUBERNETES_SERVICE_HOST/PORT) and prints one line saying how
-// that went: "result: ok", "result: 403", "result: 401" or "result: error …".
+// that went and where it went: "result: ok", "result: 403", "result: 401" or
+// "result: error …", then " via HOST:PORT".
 package main
 
 import (
 	"context"
 	"fmt"
+	"net"
+	"os"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -18,7 +21,8 @@ import (
 
 func main() {
 	for {
-		fmt.Println("result: " + listNodes())
+		fmt.Println("result: " + listNodes() + " via " +
+			net.JoinHostPort(os.Getenv("KUBERNETES_SERVICE_HOST"), os.Getenv("KUBERNETES_SERVICE_PORT")))
 		time.Sleep(time.Second)
 	}
 }
