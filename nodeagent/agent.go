@@ -37,6 +37,11 @@
 // agent does not honour) are written best-effort from a bounded queue; they
 // never block or fail a pod sync.
 //
+// Pods reach the API server as the agent does; when that is a loopback
+// address, which pods on the runtime's bridge cannot reach, Run forwards it
+// to them over raw TCP from the bridge's gateway address (docs/pods.md,
+// "The API forwarder").
+//
 // Time comes from an injected clock, so back-off and probe timing are tested
 // with a fake clock. Run owns every goroutine it starts and waits for them.
 package nodeagent
@@ -118,8 +123,12 @@ type Config struct {
 	// runtime.
 	DataDir string
 	// APIServer is the API server's URL as handed to pods
-	// (KUBERNETES_SERVICE_HOST/PORT); empty: none. ClusterCA is the CA
-	// (PEM) pods get as ca.crt beside their service account token.
+	// (KUBERNETES_SERVICE_HOST/PORT); empty: none. When it is a loopback
+	// address and the runtime is a BridgeRuntime, pods without host
+	// networking get instead the address of the agent's API forwarder,
+	// which Run listens with on the bridge's gateway and the server's port.
+	// ClusterCA is the CA (PEM) pods get as ca.crt beside their service
+	// account token.
 	APIServer string
 	ClusterCA []byte
 	// Tokens requests service account tokens (TokenRequest); nil: Client,
