@@ -19,6 +19,9 @@ type Traffic struct {
 	PacketsIn, PacketsOut atomic.Int64
 	// Streams counts the TCP connections opened either way.
 	Streams atomic.Int64
+	// StreamBytesIn and StreamBytesOut are the part of BytesIn and BytesOut
+	// carried by TCP streams (joins, push/pull exchanges, TCP probes).
+	StreamBytesIn, StreamBytesOut atomic.Int64
 }
 
 // countingTransport wraps memberlist's network transport and adds what
@@ -122,12 +125,14 @@ type countingConn struct {
 func (c *countingConn) Read(b []byte) (int, error) {
 	n, err := c.Conn.Read(b)
 	c.t.BytesIn.Add(int64(n))
+	c.t.StreamBytesIn.Add(int64(n))
 	return n, err
 }
 
 func (c *countingConn) Write(b []byte) (int, error) {
 	n, err := c.Conn.Write(b)
 	c.t.BytesOut.Add(int64(n))
+	c.t.StreamBytesOut.Add(int64(n))
 	return n, err
 }
 

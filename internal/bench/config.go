@@ -205,6 +205,11 @@ type Result struct {
 	IdleGossipBytesPerSOut   float64 `json:"idle_gossip_bytes_per_s_out,omitempty"`
 	IdleGossipPacketsPerSIn  float64 `json:"idle_gossip_packets_per_s_in,omitempty"`
 	IdleGossipPacketsPerSOut float64 `json:"idle_gossip_packets_per_s_out,omitempty"`
+	// IdleGossipStreamBytesPerS* are the part of IdleGossipBytesPerS*
+	// carried by TCP streams (push/pull state exchanges); the rest is UDP
+	// (probes, acks, gossip).
+	IdleGossipStreamBytesPerSIn  float64 `json:"idle_gossip_stream_bytes_per_s_in,omitempty"`
+	IdleGossipStreamBytesPerSOut float64 `json:"idle_gossip_stream_bytes_per_s_out,omitempty"`
 
 	// StatusP50Ms, StatusP99Ms: pod status updates during convergence, at
 	// the agents' HTTPS client; StatusSamples how many.

@@ -247,6 +247,8 @@ func printFleet(out io.Writer, r *bench.Result) {
 		f("idle_api_bytes_per_s_out", r.IdleAPIBytesPerSOut, "B/s")
 		f("idle_gossip_bytes_per_s_in", r.IdleGossipBytesPerSIn, fmt.Sprintf("B/s (%.2f UDP datagrams/s)", r.IdleGossipPacketsPerSIn))
 		f("idle_gossip_bytes_per_s_out", r.IdleGossipBytesPerSOut, fmt.Sprintf("B/s (%.2f UDP datagrams/s)", r.IdleGossipPacketsPerSOut))
+		fmt.Fprintf(tw, "idle_gossip_stream_bytes_per_s\t%.1f / %.1f\tB/s in / out of the gossip figures over TCP (push/pull state exchanges); the rest is UDP (probes)\n",
+			r.IdleGossipStreamBytesPerSIn, r.IdleGossipStreamBytesPerSOut)
 	}
 	f("detect_s", r.DetectS, "s (node killed → Node Ready≠True)")
 	f("detect_member_s", r.DetectMemberS, "s (node killed → the server's gossip member lists it dead)")
