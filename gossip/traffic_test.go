@@ -97,6 +97,8 @@ func TestCountingTransportCountsPacketsAndStreams(t *testing.T) {
 		{"PacketsOut", tr.PacketsOut.Load(), 2},
 		{"PacketsIn", tr.PacketsIn.Load(), 1},
 		{"Streams", tr.Streams.Load(), 2},
+		{"StreamBytesOut", tr.StreamBytesOut.Load(), 5},
+		{"StreamBytesIn", tr.StreamBytesIn.Load(), 3 + 4},
 	} {
 		if x.got != x.want {
 			t.Errorf("%s = %d, want %d", x.name, x.got, x.want)
