@@ -1,6 +1,7 @@
 package gossip
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"sync/atomic"
@@ -29,6 +30,7 @@ type Traffic struct {
 type countingTransport struct {
 	memberlist.NodeAwareTransport
 	t       *Traffic
+	cut     *atomic.Bool // tests: while true, nothing is sent or received
 	packets chan *memberlist.Packet
 	streams chan net.Conn
 	quit    chan struct{}
@@ -37,8 +39,8 @@ type countingTransport struct {
 
 // newCountingTransport starts the goroutine that forwards (and counts) what
 // inner receives; Shutdown stops it.
-func newCountingTransport(inner memberlist.NodeAwareTransport, t *Traffic) *countingTransport {
-	c := &countingTransport{NodeAwareTransport: inner, t: t, packets: make(chan *memberlist.Packet),
+func newCountingTransport(inner memberlist.NodeAwareTransport, t *Traffic, cut *atomic.Bool) *countingTransport {
+	c := &countingTransport{NodeAwareTransport: inner, t: t, cut: cut, packets: make(chan *memberlist.Packet),
 		streams: make(chan net.Conn), quit: make(chan struct{}), done: make(chan struct{})}
 	go c.forward()
 	return c
@@ -50,6 +52,9 @@ func (c *countingTransport) forward() {
 	for {
 		select {
 		case p := <-pin:
+			if c.isCut() {
+				continue
+			}
 			c.t.PacketsIn.Add(1)
 			c.t.BytesIn.Add(int64(len(p.Buf)))
 			select {
@@ -58,6 +63,10 @@ func (c *countingTransport) forward() {
 				return
 			}
 		case conn := <-sin:
+			if c.isCut() {
+				conn.Close()
+				continue
+			}
 			c.t.Streams.Add(1)
 			select {
 			case c.streams <- &countingConn{Conn: conn, t: c.t}:
@@ -75,12 +84,20 @@ func (c *countingTransport) PacketCh() <-chan *memberlist.Packet { return c.pack
 
 func (c *countingTransport) StreamCh() <-chan net.Conn { return c.streams }
 
+func (c *countingTransport) isCut() bool { return c.cut != nil && c.cut.Load() }
+
 func (c *countingTransport) WriteTo(b []byte, addr string) (time.Time, error) {
+	if c.isCut() {
+		return time.Now(), nil // lost on the way
+	}
 	c.countOut(len(b))
 	return c.NodeAwareTransport.WriteTo(b, addr)
 }
 
 func (c *countingTransport) WriteToAddress(b []byte, addr memberlist.Address) (time.Time, error) {
+	if c.isCut() {
+		return time.Now(), nil
+	}
 	c.countOut(len(b))
 	return c.NodeAwareTransport.WriteToAddress(b, addr)
 }
@@ -91,11 +108,17 @@ func (c *countingTransport) countOut(n int) {
 }
 
 func (c *countingTransport) DialTimeout(addr string, timeout time.Duration) (net.Conn, error) {
+	if c.isCut() {
+		return nil, errCut
+	}
 	conn, err := c.NodeAwareTransport.DialTimeout(addr, timeout)
 	return c.counted(conn, err)
 }
 
 func (c *countingTransport) DialAddressTimeout(addr memberlist.Address, timeout time.Duration) (net.Conn, error) {
+	if c.isCut() {
+		return nil, errCut
+	}
 	conn, err := c.NodeAwareTransport.DialAddressTimeout(addr, timeout)
 	return c.counted(conn, err)
 }
@@ -136,10 +159,13 @@ func (c *countingConn) Write(b []byte) (int, error) {
 	return n, err
 }
 
+// errCut is a dial while a test cut the member's link.
+var errCut = errors.New("gossip: link cut (test)")
+
 // countTraffic gives mc a counting transport over memberlist's own network
 // transport, bound as memberlist.Create would bind it (port 0: a free port,
-// then advertised).
-func countTraffic(mc *memberlist.Config, t *Traffic) error {
+// then advertised). cut (tests; may be nil) drops everything while true.
+func countTraffic(mc *memberlist.Config, t *Traffic, cut *atomic.Bool) error {
 	nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{
 		BindAddrs: []string{mc.BindAddr}, BindPort: mc.BindPort, Logger: mc.Logger})
 	if err != nil {
@@ -149,6 +175,6 @@ func countTraffic(mc *memberlist.Config, t *Traffic) error {
 		mc.BindPort = nt.GetAutoBindPort()
 		mc.AdvertisePort = mc.BindPort
 	}
-	mc.Transport = newCountingTransport(nt, t)
+	mc.Transport = newCountingTransport(nt, t, cut)
 	return nil
 }

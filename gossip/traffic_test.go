@@ -46,7 +46,7 @@ func TestCountingTransportCountsPacketsAndStreams(t *testing.T) {
 	defer acceptedPeer.Close()
 	f := &fakeTransport{packets: make(chan *memberlist.Packet), streams: make(chan net.Conn), dialed: dialed}
 	var tr Traffic
-	c := newCountingTransport(f, &tr)
+	c := newCountingTransport(f, &tr, nil)
 
 	// Out: two packets, 10 and 20 bytes.
 	if _, err := c.WriteTo(make([]byte, 10), "a:1"); err != nil {
