@@ -86,6 +86,11 @@ type Config struct {
 	// their Node status at the real agent's period
 	// (nodeagent.DefaultNodeStatusPeriod) instead of the benchmark's long one.
 	IdleTraffic time.Duration
+	// IdleSettle is how long the fleet idles before IdleTraffic's count
+	// begins; 0: 5 s. A count of periodic work needs the first period over:
+	// memberlist's first push/pull comes between one and two intervals
+	// after a member starts, then one per interval.
+	IdleSettle time.Duration
 	// Dir is where the temporary directory is made; "" is os.TempDir.
 	Dir string
 	// Timeout bounds each measured phase; 0 means 10 minutes.
