@@ -58,6 +58,9 @@ type ServerPeers struct {
 	Log    *slog.Logger
 	// Timeout bounds one blob's fetch from one server; 0: 10 min.
 	Timeout time.Duration
+	// Ctx ends every transfer when it ends (the server stops); nil:
+	// context.Background(). Set it before the first Fetch.
+	Ctx context.Context
 
 	mu       sync.Mutex
 	inflight map[string]*blobFetch
@@ -162,7 +165,11 @@ func (p *ServerPeers) fetchFrom(h ServerBlobs, d string, size int64) error {
 	if timeout == 0 {
 		timeout = 10 * time.Minute
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	base := p.Ctx
+	if base == nil {
+		base = context.Background()
+	}
+	ctx, cancel := context.WithTimeout(base, timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(h.URL, "/")+ServerBlobsPath+d, nil)
 	if err != nil {

@@ -107,6 +107,9 @@ func (s *Server) startAPI(ctx context.Context) error {
 	s.api = api
 	s.local = apiserver.NewLocalClient(api, "system:controller", pki.MastersGroup)
 	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	if peers != nil {
+		peers.Ctx = runCtx // blob transfers between servers end with the API
+	}
 	s.stopAPI, s.apiDone = stop, make(chan struct{})
 	ln := s.ln
 	s.ln = nil // api.Run owns it now
