@@ -17,7 +17,7 @@ func TestImageStoreAuthorization(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := newEnv(t, withRBAC, func(c *Config) {
-		c.Images = images.Handler(st, nil, nil)
+		c.Images = images.Handler(st, nil, nil, nil)
 		c.Authenticator = tokens{
 			adminToken: {Name: "admin", Groups: []string{mastersGroup}},
 			userToken:  {Name: "someone", Groups: []string{authenticatedGroup}},

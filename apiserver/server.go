@@ -106,6 +106,10 @@ type Config struct {
 	// /everynode/v1/images and /everynode/v1/blobs/, behind this server's
 	// authentication and authorization: admins write, nodes read.
 	Images http.Handler
+	// ServerBlobs, when set, serves images.ServerBlobsPath to the other
+	// servers of a cluster: it authenticates them itself (by their peer
+	// certificate), so no token is asked for.
+	ServerBlobs http.Handler
 }
 
 // Server is the API server. Create it with New, serve it with Run (or mount
@@ -132,9 +136,10 @@ type Server struct {
 	join    *JoinConfig
 	audit   io.Writer // nil: no audit log
 	// connected: nodes holding a stream to this server; nil: not tracked.
-	connected *ConnectedNodes
-	ping      StreamPing
-	images    http.Handler
+	connected   *ConnectedNodes
+	ping        StreamPing
+	images      http.Handler
+	serverBlobs http.Handler // images.ServerBlobsPath, for the other servers
 
 	// Connection hardening (serving.go); tests shorten them.
 	limits         httpserve.Limits
@@ -212,13 +217,14 @@ func New(cfg Config) (*Server, error) {
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.join = cfg.Join
 	s.images = cfg.Images
+	s.serverBlobs = cfg.ServerBlobs
 	s.connected, s.ping = cfg.Connected, cfg.StreamPing.orDefaults()
 	api := s.withAuthentication(s.withNodeStreams(s.withImpersonation(s.withNonResourceAuthorization(s.withRequestDeadline(s.routes())))))
 	dash, err := s.dashboard(api)
 	if err != nil {
 		return nil, err
 	}
-	s.handler = s.withRecover(s.withMetrics(s.withAudit(s.withJoin(cfg.Join, dash))))
+	s.handler = s.withRecover(s.withMetrics(s.withAudit(s.withServerBlobs(s.withJoin(cfg.Join, dash)))))
 	return s, nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -22,6 +23,9 @@ const (
 	// ProfileLocal is for members on one machine (tests, demos): fast gossip, patient probes.
 	ProfileLocal = "local"
 )
+
+// wanPushPullInterval is ProfileWAN's full state exchange period.
+const wanPushPullInterval = 5 * time.Minute
 
 // Roles a member announces in its Meta.
 const (
@@ -75,6 +79,11 @@ type Config struct {
 	Logger *slog.Logger
 	// Traffic, when set, counts the bytes the member sends and receives (UDP and TCP).
 	Traffic *Traffic
+
+	// For this package's tests: tune adjusts the profile's timings, and cut,
+	// while true, drops everything the member sends and receives (a cut link).
+	tune func(*timings)
+	cut  *atomic.Bool
 }
 
 // DefaultLANConfig returns a Config for members on one LAN: fast failure detection.
@@ -175,8 +184,9 @@ func profileTimings(profile string) (timings, error) {
 			forgetAfter: time.Hour,
 		}, nil
 	case ProfileWAN:
-		// memberlist.DefaultWANConfig, unchanged: 5 s probes, 3 s probe timeout,
-		// suspicion 6 × max(1, log10 N) × 5 s = 30 s (N≤10) to 60 s (N=100).
+		// memberlist.DefaultWANConfig but for the push/pull interval: 5 s probes,
+		// 3 s probe timeout, suspicion 6 × max(1, log10 N) × 5 s = 30 s (N≤10) to
+		// 60 s (N=100).
 		wan := memberlist.DefaultWANConfig()
 		return timings{
 			probeInterval:           wan.ProbeInterval,
@@ -187,10 +197,17 @@ func profileTimings(profile string) (timings, error) {
 			gossipInterval:          wan.GossipInterval,
 			gossipNodes:             wan.GossipNodes,
 			retransmitMult:          wan.RetransmitMult,
-			pushPullInterval:        wan.PushPullInterval,
-			gossipToTheDeadTime:     wan.GossipToTheDeadTime,
-			tcpTimeout:              wan.TCPTimeout,
-			forgetAfter:             time.Hour,
+			// 5 min, not memberlist's 60 s: on a metered link the full state
+			// exchange was over half of an idle agent's traffic (it carries every
+			// member: ≈ 1.5 KB each way per exchange at 30 members, 50 B/s each way
+			// at 60 s), and idle traffic must stay under 1 kbit/s in and out
+			// together (docs/edge.md §6). Detection does not use it. Its other
+			// job, telling a member that was cut off and declared dead meanwhile,
+			// is done at once by rejoinAfterSilence.
+			pushPullInterval:    wanPushPullInterval,
+			gossipToTheDeadTime: wan.GossipToTheDeadTime,
+			tcpTimeout:          wan.TCPTimeout,
+			forgetAfter:         time.Hour,
 		}, nil
 	case ProfileLocal:
 		return timings{
@@ -319,6 +336,7 @@ func (c Config) memberlistConfig(t timings, m *Member, logger *slog.Logger) *mem
 
 	mc.Delegate = &delegate{m: m}
 	mc.Events = &eventDelegate{m: m}
+	mc.Ping = m.silence
 	mc.Logger = slog.NewLogLogger(logger.Handler(), slog.LevelDebug)
 	return mc
 }

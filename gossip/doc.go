@@ -80,7 +80,14 @@
 // 3 s, SuspicionMult 6 (k = 4), GossipInterval 500 ms, GossipNodes 4, so detection takes
 // ≈ 2.5 + 5 + 30 = 38 s at N ≤ 10 and ≈ 2.5 + 5 + 60 + 1.5 ≈ 69 s at N = 100, and a
 // member may be silent for over 30 s (a flapping cellular link) without being declared
-// Dead.
+// Dead. Its full state exchange (push/pull) runs every 5 min rather than memberlist's
+// 60 s: it carries every member and was over half of an idle member's traffic on a
+// metered link; detection does not use it.
+//
+// After a silence — no ack to its own probes for 4 probe intervals (its link was cut or
+// the process stalled) — a member exchanges state at once with the first member that
+// acks it again. A member declared dead meanwhile learns it then and refutes, instead of
+// waiting for the next periodic push/pull (in every profile).
 //
 // ProfileLocal (tests, demos on one machine): PI 500 ms, ProbeTimeout 250 ms,
 // SuspicionMult 3, GossipInterval 50 ms: quick joins and leaves, patient probes,

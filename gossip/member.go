@@ -77,6 +77,9 @@ type Member struct {
 	localAddr   string
 	broadcasts  *memberlist.TransmitLimitedQueue // our leave intents, piggybacked on gossip
 	closed      atomic.Bool
+	silence     *silence
+	stop        chan struct{} // closed by Close: ends rejoinAfterSilence
+	stopped     chan struct{} // closed when rejoinAfterSilence returned
 
 	lifeMu sync.Mutex // serialises Leave and Close (memberlist panics on Leave after Shutdown)
 	left   bool       // guarded by lifeMu
@@ -112,6 +115,9 @@ func New(cfg Config) (*Member, error) {
 		return nil, err
 	}
 	t, _ := profileTimings(cfg.Profile) // validated above
+	if cfg.tune != nil {
+		cfg.tune(&t)
+	}
 	logger := cfg.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -139,12 +145,18 @@ func New(cfg Config) (*Member, error) {
 		log:         logger,
 		members:     make(map[string]*record),
 		hints:       make(chan string, hintBuffer),
+		silence:     newSilence(t.probeInterval, time.Now),
+		stop:        make(chan struct{}),
+		stopped:     make(chan struct{}),
 	}
 	m.broadcasts = &memberlist.TransmitLimitedQueue{NumNodes: m.numAlive, RetransmitMult: t.retransmitMult}
 
 	mc := cfg.memberlistConfig(t, m, logger)
+	if cfg.cut != nil && cfg.Traffic == nil {
+		cfg.Traffic = &Traffic{}
+	}
 	if cfg.Traffic != nil {
-		if err := countTraffic(mc, cfg.Traffic); err != nil {
+		if err := countTraffic(mc, cfg.Traffic, cfg.cut); err != nil {
 			return nil, fmt.Errorf("gossip: start %s on %s: %w", cfg.Name, cfg.BindAddr, err)
 		}
 	}
@@ -157,6 +169,7 @@ func New(cfg Config) (*Member, error) {
 	}
 	m.ml = ml
 	m.localAddr = ml.LocalNode().Address()
+	go m.rejoinAfterSilence()
 	logger.Debug("gossip member started", "addr", m.localAddr, "profile", cfg.Profile)
 	return m, nil
 }
@@ -313,6 +326,8 @@ func (m *Member) Close() error {
 	if m.closed.Swap(true) {
 		return nil
 	}
+	close(m.stop)
+	<-m.stopped
 	err := m.ml.Shutdown()
 	m.mu.Lock()
 	m.hintsClosed = true
@@ -322,6 +337,24 @@ func (m *Member) Close() error {
 		return fmt.Errorf("gossip: close: %w", err)
 	}
 	return nil
+}
+
+// rejoinAfterSilence exchanges state with the member that answered first
+// after a silence (see silence), until Close.
+func (m *Member) rejoinAfterSilence() {
+	defer close(m.stopped)
+	for {
+		select {
+		case <-m.stop:
+			return
+		case addr := <-m.silence.rejoin:
+			if _, err := m.ml.Join([]string{addr}); err != nil {
+				m.log.Debug("gossip: state exchange after a silence failed; the periodic one will do", "peer", addr, "err", err)
+			} else {
+				m.log.Info("gossip: exchanged state after a silence (a member declared dead meanwhile refutes now)", "peer", addr)
+			}
+		}
+	}
 }
 
 // numAlive is the member count the broadcast queue scales retransmissions with.

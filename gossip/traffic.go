@@ -1,6 +1,7 @@
 package gossip
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"sync/atomic"
@@ -19,6 +20,9 @@ type Traffic struct {
 	PacketsIn, PacketsOut atomic.Int64
 	// Streams counts the TCP connections opened either way.
 	Streams atomic.Int64
+	// StreamBytesIn and StreamBytesOut are the part of BytesIn and BytesOut
+	// carried by TCP streams (joins, push/pull exchanges, TCP probes).
+	StreamBytesIn, StreamBytesOut atomic.Int64
 }
 
 // countingTransport wraps memberlist's network transport and adds what
@@ -26,6 +30,7 @@ type Traffic struct {
 type countingTransport struct {
 	memberlist.NodeAwareTransport
 	t       *Traffic
+	cut     *atomic.Bool // tests: while true, nothing is sent or received
 	packets chan *memberlist.Packet
 	streams chan net.Conn
 	quit    chan struct{}
@@ -34,8 +39,8 @@ type countingTransport struct {
 
 // newCountingTransport starts the goroutine that forwards (and counts) what
 // inner receives; Shutdown stops it.
-func newCountingTransport(inner memberlist.NodeAwareTransport, t *Traffic) *countingTransport {
-	c := &countingTransport{NodeAwareTransport: inner, t: t, packets: make(chan *memberlist.Packet),
+func newCountingTransport(inner memberlist.NodeAwareTransport, t *Traffic, cut *atomic.Bool) *countingTransport {
+	c := &countingTransport{NodeAwareTransport: inner, t: t, cut: cut, packets: make(chan *memberlist.Packet),
 		streams: make(chan net.Conn), quit: make(chan struct{}), done: make(chan struct{})}
 	go c.forward()
 	return c
@@ -47,6 +52,9 @@ func (c *countingTransport) forward() {
 	for {
 		select {
 		case p := <-pin:
+			if c.isCut() {
+				continue
+			}
 			c.t.PacketsIn.Add(1)
 			c.t.BytesIn.Add(int64(len(p.Buf)))
 			select {
@@ -55,6 +63,10 @@ func (c *countingTransport) forward() {
 				return
 			}
 		case conn := <-sin:
+			if c.isCut() {
+				conn.Close()
+				continue
+			}
 			c.t.Streams.Add(1)
 			select {
 			case c.streams <- &countingConn{Conn: conn, t: c.t}:
@@ -72,12 +84,20 @@ func (c *countingTransport) PacketCh() <-chan *memberlist.Packet { return c.pack
 
 func (c *countingTransport) StreamCh() <-chan net.Conn { return c.streams }
 
+func (c *countingTransport) isCut() bool { return c.cut != nil && c.cut.Load() }
+
 func (c *countingTransport) WriteTo(b []byte, addr string) (time.Time, error) {
+	if c.isCut() {
+		return time.Now(), nil // lost on the way
+	}
 	c.countOut(len(b))
 	return c.NodeAwareTransport.WriteTo(b, addr)
 }
 
 func (c *countingTransport) WriteToAddress(b []byte, addr memberlist.Address) (time.Time, error) {
+	if c.isCut() {
+		return time.Now(), nil
+	}
 	c.countOut(len(b))
 	return c.NodeAwareTransport.WriteToAddress(b, addr)
 }
@@ -88,11 +108,17 @@ func (c *countingTransport) countOut(n int) {
 }
 
 func (c *countingTransport) DialTimeout(addr string, timeout time.Duration) (net.Conn, error) {
+	if c.isCut() {
+		return nil, errCut
+	}
 	conn, err := c.NodeAwareTransport.DialTimeout(addr, timeout)
 	return c.counted(conn, err)
 }
 
 func (c *countingTransport) DialAddressTimeout(addr memberlist.Address, timeout time.Duration) (net.Conn, error) {
+	if c.isCut() {
+		return nil, errCut
+	}
 	conn, err := c.NodeAwareTransport.DialAddressTimeout(addr, timeout)
 	return c.counted(conn, err)
 }
@@ -122,19 +148,24 @@ type countingConn struct {
 func (c *countingConn) Read(b []byte) (int, error) {
 	n, err := c.Conn.Read(b)
 	c.t.BytesIn.Add(int64(n))
+	c.t.StreamBytesIn.Add(int64(n))
 	return n, err
 }
 
 func (c *countingConn) Write(b []byte) (int, error) {
 	n, err := c.Conn.Write(b)
 	c.t.BytesOut.Add(int64(n))
+	c.t.StreamBytesOut.Add(int64(n))
 	return n, err
 }
 
+// errCut is a dial while a test cut the member's link.
+var errCut = errors.New("gossip: link cut (test)")
+
 // countTraffic gives mc a counting transport over memberlist's own network
 // transport, bound as memberlist.Create would bind it (port 0: a free port,
-// then advertised).
-func countTraffic(mc *memberlist.Config, t *Traffic) error {
+// then advertised). cut (tests; may be nil) drops everything while true.
+func countTraffic(mc *memberlist.Config, t *Traffic, cut *atomic.Bool) error {
 	nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{
 		BindAddrs: []string{mc.BindAddr}, BindPort: mc.BindPort, Logger: mc.Logger})
 	if err != nil {
@@ -144,6 +175,6 @@ func countTraffic(mc *memberlist.Config, t *Traffic) error {
 		mc.BindPort = nt.GetAutoBindPort()
 		mc.AdvertisePort = mc.BindPort
 	}
-	mc.Transport = newCountingTransport(nt, t)
+	mc.Transport = newCountingTransport(nt, t, cut)
 	return nil
 }

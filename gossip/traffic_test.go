@@ -46,7 +46,7 @@ func TestCountingTransportCountsPacketsAndStreams(t *testing.T) {
 	defer acceptedPeer.Close()
 	f := &fakeTransport{packets: make(chan *memberlist.Packet), streams: make(chan net.Conn), dialed: dialed}
 	var tr Traffic
-	c := newCountingTransport(f, &tr)
+	c := newCountingTransport(f, &tr, nil)
 
 	// Out: two packets, 10 and 20 bytes.
 	if _, err := c.WriteTo(make([]byte, 10), "a:1"); err != nil {
@@ -97,6 +97,8 @@ func TestCountingTransportCountsPacketsAndStreams(t *testing.T) {
 		{"PacketsOut", tr.PacketsOut.Load(), 2},
 		{"PacketsIn", tr.PacketsIn.Load(), 1},
 		{"Streams", tr.Streams.Load(), 2},
+		{"StreamBytesOut", tr.StreamBytesOut.Load(), 5},
+		{"StreamBytesIn", tr.StreamBytesIn.Load(), 3 + 4},
 	} {
 		if x.got != x.want {
 			t.Errorf("%s = %d, want %d", x.name, x.got, x.want)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"os"
 	"strings"
 )
 
@@ -20,11 +21,14 @@ type List struct {
 //
 // holders (may be nil) names the nodes that have an image, so an agent
 // fetches from its peers rather than from the servers.
-func Handler(s *Store, log *slog.Logger, holders func(ctx context.Context, name string) []Holder) http.Handler {
+//
+// peers (may be nil), with several servers, fetches a blob that an image
+// names but that was loaded on another server before it is served.
+func Handler(s *Store, log *slog.Logger, holders func(ctx context.Context, name string) []Holder, peers *ServerPeers) http.Handler {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	h := &handler{s: s, log: log, holders: holders}
+	h := &handler{s: s, log: log, holders: holders, peers: peers}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+ImagesPath, h.get)
 	mux.HandleFunc("POST "+ImagesPath, h.load)
@@ -38,6 +42,17 @@ type handler struct {
 	s       *Store
 	log     *slog.Logger
 	holders func(ctx context.Context, name string) []Holder
+	peers   *ServerPeers
+}
+
+// servers returns where the blobs are, when servers share the store; a
+// failure only leaves the column out.
+func (h *handler) servers(ctx context.Context) []ServerBlobs {
+	hs, err := h.s.Holders(ctx)
+	if err != nil {
+		h.log.Warn("cannot read which servers hold which image blobs", "err", err)
+	}
+	return hs
 }
 
 func (h *handler) get(w http.ResponseWriter, req *http.Request) {
@@ -50,6 +65,7 @@ func (h *handler) get(w http.ResponseWriter, req *http.Request) {
 		if h.holders != nil {
 			im.Holders = h.holders(req.Context(), im.Name)
 		}
+		im = im.withServers(h.servers(req.Context()))
 		writeJSON(w, http.StatusOK, im)
 		return
 	}
@@ -57,6 +73,11 @@ func (h *handler) get(w http.ResponseWriter, req *http.Request) {
 	if err != nil {
 		h.fail(w, err)
 		return
+	}
+	if hs := h.servers(req.Context()); len(hs) > 0 {
+		for i := range ims {
+			ims[i] = ims[i].withServers(hs)
+		}
 	}
 	writeJSON(w, http.StatusOK, List{Items: ims})
 }
@@ -92,7 +113,13 @@ func (h *handler) remove(w http.ResponseWriter, req *http.Request) {
 // digest is the ETag.
 func (h *handler) blob(w http.ResponseWriter, req *http.Request) {
 	d := req.PathValue("digest")
-	f, err := h.s.OpenBlob(d)
+	var f *os.File
+	var err error
+	if h.peers != nil {
+		f, err = h.peers.openOrFetch(req.Context(), d)
+	} else {
+		f, err = h.s.OpenBlob(d)
+	}
 	if err != nil {
 		h.fail(w, err)
 		return
@@ -114,6 +141,9 @@ func (h *handler) fail(w http.ResponseWriter, err error) {
 	switch {
 	case errors.Is(err, ErrNotFound):
 		writeStatus(w, http.StatusNotFound, err.Error())
+	case errors.Is(err, ErrNoServerHasBlob):
+		h.log.Warn("image blob unavailable", "err", err)
+		writeStatus(w, http.StatusServiceUnavailable, err.Error())
 	case errors.As(err, &bt), strings.Contains(err.Error(), "not a sha256 digest"), strings.HasPrefix(err.Error(), "image name"):
 		writeStatus(w, http.StatusBadRequest, err.Error())
 	default:
@@ -131,7 +161,7 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 // writeStatus answers with a Kubernetes Status, so clients show the
 // message as they show any API error.
 func writeStatus(w http.ResponseWriter, code int, msg string) {
-	reason := map[int]string{400: "BadRequest", 404: "NotFound", 500: "InternalError"}[code]
+	reason := map[int]string{400: "BadRequest", 404: "NotFound", 500: "InternalError", 503: "ServiceUnavailable"}[code]
 	writeJSON(w, code, map[string]any{"kind": "Status", "apiVersion": "v1", "status": "Failure",
 		"message": msg, "reason": reason, "code": code})
 }

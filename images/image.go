@@ -28,6 +28,52 @@ type Image struct {
 	// Holders are Ready nodes that report having the image and serve its
 	// blobs to their peers; only in the answer to GET ImagesPath?name=.
 	Holders []Holder `json:"holders,omitempty"`
+	// Servers are, when several servers share the image store, the live
+	// servers and how many of the image's blobs each holds on its disk (a
+	// server serves the others by fetching them from one that has them);
+	// only in answers, never stored.
+	Servers []ServerCopy `json:"servers,omitempty"`
+}
+
+// ServerCopy is how much of an image one server holds.
+type ServerCopy struct {
+	Server string `json:"server"`
+	Blobs  int    `json:"blobs"` // of the image's blobs, all platforms
+	Total  int    `json:"total"`
+}
+
+// Blobs are the digests of every platform's config and layers, without repeats.
+func (im Image) Blobs() []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, p := range im.Platforms {
+		for _, d := range append([]Descriptor{p.Config}, p.Layers...) {
+			if !seen[d.Digest] {
+				seen[d.Digest] = true
+				out = append(out, d.Digest)
+			}
+		}
+	}
+	return out
+}
+
+// withServers returns im with Servers set from holders.
+func (im Image) withServers(holders []ServerBlobs) Image {
+	if len(holders) == 0 {
+		return im
+	}
+	blobs := im.Blobs()
+	im.Servers = nil
+	for _, h := range holders {
+		n := 0
+		for _, d := range blobs {
+			if h.Has(d) {
+				n++
+			}
+		}
+		im.Servers = append(im.Servers, ServerCopy{Server: h.Name, Blobs: n, Total: len(blobs)})
+	}
+	return im
 }
 
 // Holder is a node that has an image: its name and the base URL of its

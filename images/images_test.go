@@ -239,7 +239,7 @@ func TestFetchResumesAndVerifies(t *testing.T) {
 	if _, err := s.Load(bytes.NewReader(dockerTarball(t, "app:1", "amd64", strings.Repeat("payload ", 8192)))); err != nil {
 		t.Fatal(err)
 	}
-	h := Handler(s, nil, nil)
+	h := Handler(s, nil, nil, nil)
 	var calls, ranges atomic.Int32
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !strings.HasPrefix(r.URL.Path, BlobsPath) {
@@ -303,7 +303,7 @@ func TestFetchWrongPlatformAndMissing(t *testing.T) {
 	if _, err := s.Load(bytes.NewReader(dockerTarball(t, "armonly:1", "arm64", "x"))); err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(Handler(s, nil, nil))
+	srv := httptest.NewServer(Handler(s, nil, nil, nil))
 	defer srv.Close()
 	f := &Fetcher{API: streamer{srv.URL}, Loader: &recordingLoader{}, Dir: t.TempDir(), OS: "linux", Arch: "amd64"}
 	_, err := f.Fetch(context.Background(), "armonly:1", nil)
@@ -320,7 +320,7 @@ func TestBlobRange(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := ims[0].Platforms[0].Layers[0]
-	srv := httptest.NewServer(Handler(s, nil, nil))
+	srv := httptest.NewServer(Handler(s, nil, nil, nil))
 	defer srv.Close()
 	req, _ := http.NewRequest("GET", srv.URL+BlobsPath+d.Digest, nil)
 	req.Header.Set("Range", "bytes=10-")
@@ -351,7 +351,7 @@ func TestFetchFromPeer(t *testing.T) {
 	first := &Fetcher{Loader: &recordingLoader{}, Dir: t.TempDir(), OS: "linux", Arch: "amd64"}
 	peer := httptest.NewServer(PeerHandler(first.Dir, token))
 	defer peer.Close()
-	h := Handler(s, nil, func(context.Context, string) []Holder { return []Holder{{Node: "n1", URL: peer.URL}} })
+	h := Handler(s, nil, func(context.Context, string) []Holder { return []Holder{{Node: "n1", URL: peer.URL}} }, nil)
 	var blobBytes atomic.Int64
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasPrefix(r.URL.Path, BlobsPath) {

@@ -25,7 +25,13 @@ type Store struct {
 	dir string
 	now func() time.Time
 	mu  sync.Mutex // orders record writes and blob garbage collection
+	// catalog, when set (OpenShared), holds the records instead of
+	// records/ and hears which blobs this store holds.
+	catalog Catalog
 }
+
+// catalogTimeout bounds one call to the Catalog.
+const catalogTimeout = 10 * time.Second
 
 // Open returns the store in dir, creating its folders (mode 0700).
 func Open(dir string) (*Store, error) {
@@ -78,8 +84,15 @@ func (s *Store) Get(ref string) (Image, error) {
 	if err != nil {
 		return Image{}, err
 	}
-	data, err := os.ReadFile(s.recordPath(name))
-	if errors.Is(err, os.ErrNotExist) {
+	var data []byte
+	if s.catalog != nil {
+		ctx, cancel := catalogCtx()
+		data, err = s.catalog.GetRecord(ctx, name)
+		cancel()
+	} else {
+		data, err = os.ReadFile(s.recordPath(name))
+	}
+	if errors.Is(err, os.ErrNotExist) || errors.Is(err, ErrNotFound) {
 		return Image{}, fmt.Errorf("image %s: %w", Familiar(name), ErrNotFound)
 	}
 	if err != nil {
@@ -94,16 +107,12 @@ func (s *Store) Get(ref string) (Image, error) {
 
 // List returns every stored image, by name.
 func (s *Store) List() ([]Image, error) {
-	ents, err := os.ReadDir(filepath.Join(s.dir, "records"))
+	recs, err := s.records()
 	if err != nil {
-		return nil, fmt.Errorf("images: list records: %w", err)
+		return nil, err
 	}
 	var out []Image
-	for _, e := range ents {
-		data, err := os.ReadFile(filepath.Join(s.dir, "records", e.Name()))
-		if err != nil {
-			continue // removed meanwhile
-		}
+	for _, data := range recs {
 		var im Image
 		if json.Unmarshal(data, &im) == nil {
 			out = append(out, im)
@@ -111,6 +120,40 @@ func (s *Store) List() ([]Image, error) {
 	}
 	slices.SortFunc(out, func(a, b Image) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
+}
+
+// records returns every record's JSON, from the catalog or records/.
+func (s *Store) records() ([][]byte, error) {
+	if s.catalog != nil {
+		ctx, cancel := catalogCtx()
+		defer cancel()
+		recs, err := s.catalog.ListRecords(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("images: list the shared records: %w", err)
+		}
+		return recs, nil
+	}
+	ents, err := os.ReadDir(filepath.Join(s.dir, "records"))
+	if err != nil {
+		return nil, fmt.Errorf("images: list records: %w", err)
+	}
+	var out [][]byte
+	for _, e := range ents {
+		if data, err := os.ReadFile(filepath.Join(s.dir, "records", e.Name())); err == nil { // else removed meanwhile
+			out = append(out, data)
+		}
+	}
+	return out, nil
+}
+
+// putRecord writes the record of name, to the catalog or records/.
+func (s *Store) putRecord(name string, data []byte) error {
+	if s.catalog != nil {
+		ctx, cancel := catalogCtx()
+		defer cancel()
+		return s.catalog.PutRecord(ctx, name, data)
+	}
+	return writeAtomic(s.recordPath(name), data)
 }
 
 // Remove deletes the image named ref and the blobs no other image uses;
@@ -122,8 +165,15 @@ func (s *Store) Remove(ref string) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := os.Remove(s.recordPath(name)); err != nil {
-		if errors.Is(err, os.ErrNotExist) {
+	if s.catalog != nil {
+		ctx, cancel := catalogCtx()
+		err = s.catalog.DeleteRecord(ctx, name)
+		cancel()
+	} else {
+		err = os.Remove(s.recordPath(name))
+	}
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) || errors.Is(err, ErrNotFound) {
 			return fmt.Errorf("image %s: %w", Familiar(name), ErrNotFound)
 		}
 		return fmt.Errorf("images: remove %s: %w", name, err)
@@ -156,7 +206,7 @@ func (s *Store) collect() error {
 			os.Remove(filepath.Join(dir, e.Name()))
 		}
 	}
-	return nil
+	return s.announce()
 }
 
 // commit moves the staged blobs of ims into place and writes their
@@ -179,7 +229,7 @@ func (s *Store) commit(st *staging, ims []Image) error {
 		if err != nil {
 			return err
 		}
-		if err := writeAtomic(s.recordPath(im.Name), data); err != nil {
+		if err := s.putRecord(im.Name, data); err != nil {
 			return fmt.Errorf("images: write the record of %s: %w", im.Name, err)
 		}
 	}

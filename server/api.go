@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -51,7 +52,7 @@ func (s *Server) startAPI(ctx context.Context) error {
 	if err != nil {
 		return &Error{Part: PartAPI, Err: err}
 	}
-	imgs, err := images.Open(filepath.Join(s.dataDir, "images"))
+	imgs, peers, serverBlobs, err := s.openImages(ctx)
 	if err != nil {
 		return &Error{Part: PartDataDir, Err: err}
 	}
@@ -63,9 +64,10 @@ func (s *Server) startAPI(ctx context.Context) error {
 		auditLog = s.audit
 	}
 	acfg := apiserver.Config{
-		AuditLog: auditLog,
-		Images:   images.Handler(imgs, s.log.With("component", "images"), s.imageHolders),
-		Store:    s.st, Authenticator: auth, Authorizer: &apiserver.Chain{
+		AuditLog:    auditLog,
+		Images:      images.Handler(imgs, s.log.With("component", "images"), s.imageHolders, peers),
+		ServerBlobs: serverBlobs,
+		Store:       s.st, Authenticator: auth, Authorizer: &apiserver.Chain{
 			Node: apiserver.NewNodeRestriction(apiserver.StoreGraph(s.st)), RBAC: apiserver.NewRBAC(s.st)},
 		ServiceAccountTokens: saTokens,
 		Connected:            s.connected,
@@ -105,12 +107,23 @@ func (s *Server) startAPI(ctx context.Context) error {
 	s.api = api
 	s.local = apiserver.NewLocalClient(api, "system:controller", pki.MastersGroup)
 	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	if peers != nil {
+		peers.Ctx = runCtx // blob transfers between servers end with the API
+	}
 	s.stopAPI, s.apiDone = stop, make(chan struct{})
 	ln := s.ln
 	s.ln = nil // api.Run owns it now
+	tlsCfg := s.cluster.TLSConfig()
+	if serverBlobs != nil {
+		// Other servers fetch image blobs with their peer certificate
+		// (images.ServerBlobsPath). Requested, not required, and checked by
+		// that path's handler only: no other client is asked for one or
+		// refused for the one it sends.
+		tlsCfg.ClientAuth = tls.RequestClientCert
+	}
 	go func() {
 		defer close(s.apiDone)
-		s.apiErr = api.Run(runCtx, ln, s.cluster.TLSConfig())
+		s.apiErr = api.Run(runCtx, ln, tlsCfg)
 		if runCtx.Err() == nil {
 			s.fail(&Error{Part: PartAPI, Err: fmt.Errorf("API server stopped: %w", s.apiErr)})
 		}

@@ -19,6 +19,9 @@ import (
 const (
 	PeerCertFile = "etcd-peer.crt"
 	PeerKeyFile  = "etcd-peer.key"
+	// PeerCommonName is the subject of every server's peer certificate;
+	// only servers (who hold the CA key) get one.
+	PeerCommonName = "everynode-etcd-peer"
 )
 
 // PeerCert makes sure dir holds an etcd peer certificate signed by the
@@ -46,7 +49,7 @@ func PeerCert(dir string, names ...string) (certPath, keyPath string, err error)
 	now := time.Now()
 	tmpl := &x509.Certificate{
 		SerialNumber: serial(),
-		Subject:      pkix.Name{CommonName: "everynode-etcd-peer"},
+		Subject:      pkix.Name{CommonName: PeerCommonName},
 		NotBefore:    now.Add(-time.Hour),
 		NotAfter:     now.Add(serverValidity),
 		KeyUsage:     x509.KeyUsageDigitalSignature,

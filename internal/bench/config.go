@@ -86,6 +86,11 @@ type Config struct {
 	// their Node status at the real agent's period
 	// (nodeagent.DefaultNodeStatusPeriod) instead of the benchmark's long one.
 	IdleTraffic time.Duration
+	// IdleSettle is how long the fleet idles before IdleTraffic's count
+	// begins; 0: 5 s. A count of periodic work needs the first period over:
+	// memberlist's first push/pull comes between one and two intervals
+	// after a member starts, then one per interval.
+	IdleSettle time.Duration
 	// Dir is where the temporary directory is made; "" is os.TempDir.
 	Dir string
 	// Timeout bounds each measured phase; 0 means 10 minutes.
@@ -205,6 +210,11 @@ type Result struct {
 	IdleGossipBytesPerSOut   float64 `json:"idle_gossip_bytes_per_s_out,omitempty"`
 	IdleGossipPacketsPerSIn  float64 `json:"idle_gossip_packets_per_s_in,omitempty"`
 	IdleGossipPacketsPerSOut float64 `json:"idle_gossip_packets_per_s_out,omitempty"`
+	// IdleGossipStreamBytesPerS* are the part of IdleGossipBytesPerS*
+	// carried by TCP streams (push/pull state exchanges); the rest is UDP
+	// (probes, acks, gossip).
+	IdleGossipStreamBytesPerSIn  float64 `json:"idle_gossip_stream_bytes_per_s_in,omitempty"`
+	IdleGossipStreamBytesPerSOut float64 `json:"idle_gossip_stream_bytes_per_s_out,omitempty"`
 
 	// StatusP50Ms, StatusP99Ms: pod status updates during convergence, at
 	// the agents' HTTPS client; StatusSamples how many.

@@ -226,7 +226,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	res.StatusP50Ms, res.StatusP99Ms, res.StatusSamples = quantiles(rep.Samples)
 
 	if cfg.IdleTraffic > 0 {
-		if err := idleTraffic(ctx, fl, cfg.IdleTraffic, cfg.Nodes, res, log); err != nil {
+		if err := idleTraffic(ctx, fl, cfg.IdleTraffic, cfg.IdleSettle, cfg.Nodes, res, log); err != nil {
 			return nil, err
 		}
 	}
@@ -581,18 +581,22 @@ func heapMB() float64 {
 	return float64(m.HeapAlloc) / (1 << 20)
 }
 
-// idleTrafficSettle is how long the fleet idles before idle traffic is
+// idleTrafficSettle is how long the fleet idles, by default, before idle traffic is
 // counted: the pods' last status writes and the rollout controller's
 // reactions are over, and a Node status period has begun.
 const idleTrafficSettle = 5 * time.Second
 
 // idleTraffic counts what the agents' sockets carry over d while nothing
 // changes but the heartbeats, and sets the per-agent rates of res.
-func idleTraffic(ctx context.Context, fl agentFleet, d time.Duration, nodes int, res *Result, log *slog.Logger) error {
+func idleTraffic(ctx context.Context, fl agentFleet, d, settle time.Duration, nodes int, res *Result, log *slog.Logger) error {
+	if settle <= 0 {
+		settle = idleTrafficSettle
+	}
+	log.Info("idling before counting idle traffic", "for", settle)
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-time.After(idleTrafficSettle):
+	case <-time.After(settle):
 	}
 	r0, err := fl.report(ctx)
 	if err != nil {

@@ -43,25 +43,32 @@ type Traffic struct {
 	GossipOut        int64 `json:"gossip_out"`
 	GossipPacketsIn  int64 `json:"gossip_packets_in"`
 	GossipPacketsOut int64 `json:"gossip_packets_out"`
+	// GossipStream* are the part of Gossip* carried by TCP streams
+	// (push/pull state exchanges, joins, TCP probes).
+	GossipStreamIn  int64 `json:"gossip_stream_in"`
+	GossipStreamOut int64 `json:"gossip_stream_out"`
 }
 
 // add returns t + u.
 func (t Traffic) add(u Traffic) Traffic {
 	return Traffic{APIIn: t.APIIn + u.APIIn, APIOut: t.APIOut + u.APIOut, GossipIn: t.GossipIn + u.GossipIn,
 		GossipOut: t.GossipOut + u.GossipOut, GossipPacketsIn: t.GossipPacketsIn + u.GossipPacketsIn,
-		GossipPacketsOut: t.GossipPacketsOut + u.GossipPacketsOut}
+		GossipPacketsOut: t.GossipPacketsOut + u.GossipPacketsOut,
+		GossipStreamIn:   t.GossipStreamIn + u.GossipStreamIn, GossipStreamOut: t.GossipStreamOut + u.GossipStreamOut}
 }
 
 // sub returns t − u.
 func (t Traffic) sub(u Traffic) Traffic {
 	return t.add(Traffic{APIIn: -u.APIIn, APIOut: -u.APIOut, GossipIn: -u.GossipIn, GossipOut: -u.GossipOut,
-		GossipPacketsIn: -u.GossipPacketsIn, GossipPacketsOut: -u.GossipPacketsOut})
+		GossipPacketsIn: -u.GossipPacketsIn, GossipPacketsOut: -u.GossipPacketsOut,
+		GossipStreamIn: -u.GossipStreamIn, GossipStreamOut: -u.GossipStreamOut})
 }
 
 // trafficOf reads the counters of an API transport and a gossip member.
 func trafficOf(api *byteCount, g *gossip.Traffic) Traffic {
 	return Traffic{APIIn: api.in.Load(), APIOut: api.out.Load(), GossipIn: g.BytesIn.Load(), GossipOut: g.BytesOut.Load(),
-		GossipPacketsIn: g.PacketsIn.Load(), GossipPacketsOut: g.PacketsOut.Load()}
+		GossipPacketsIn: g.PacketsIn.Load(), GossipPacketsOut: g.PacketsOut.Load(),
+		GossipStreamIn: g.StreamBytesIn.Load(), GossipStreamOut: g.StreamBytesOut.Load()}
 }
 
 // idleRates turns the traffic of an idle window of s seconds for n agents
@@ -71,6 +78,7 @@ func idleRates(d Traffic, s float64, n int, res *Result) {
 	res.IdleAPIBytesPerSIn, res.IdleAPIBytesPerSOut = per(d.APIIn), per(d.APIOut)
 	res.IdleGossipBytesPerSIn, res.IdleGossipBytesPerSOut = per(d.GossipIn), per(d.GossipOut)
 	res.IdleGossipPacketsPerSIn, res.IdleGossipPacketsPerSOut = per(d.GossipPacketsIn), per(d.GossipPacketsOut)
+	res.IdleGossipStreamBytesPerSIn, res.IdleGossipStreamBytesPerSOut = per(d.GossipStreamIn), per(d.GossipStreamOut)
 	res.IdleBytesPerSIn = res.IdleAPIBytesPerSIn + res.IdleGossipBytesPerSIn
 	res.IdleBytesPerSOut = res.IdleAPIBytesPerSOut + res.IdleGossipBytesPerSOut
 }

@@ -27,6 +27,7 @@ type benchFleetCommand struct {
 	cpuProfile, logLevel, agentBin string
 	memProfile                     string
 	idle, soak, idleTraffic        time.Duration
+	idleSettle                     time.Duration
 	gossipProfile                  string
 	agentProcs, cpuLoad            int
 	unreachable                    int
@@ -50,6 +51,7 @@ func (c *benchFleetCommand) flags(fs *pflag.FlagSet) {
 	fs.IntVar(&c.agentProcs, "agent-procs", 0, "run the simulated agents in K child processes (0: in this process, for profiling), so server_rss_mb is the server's own")
 	fs.IntVar(&c.cpuLoad, "cpu-load", 0, "keep N goroutines busy in a separate child process from all Nodes Ready to the end of the run")
 	fs.StringVar(&c.gossipProfile, "gossip-profile", gossip.ProfileLAN, "gossip profile of the server and the simulated nodes: lan, wan or local (with wan the server pings the agents' API connections every 10 s instead of 1 s)")
+	fs.DurationVar(&c.idleSettle, "idle-settle", 0, "with --idle-traffic, idle this long before counting (0: 5 s); longer than twice the gossip push/pull interval counts it at its steady rate")
 	fs.DurationVar(&c.idleTraffic, "idle-traffic", 0, "once every pod runs, count each agent's idle network traffic (API connections and gossip, bytes/s in and out) over this long; agents then post Node status at the real agent's 10 s period (0: not measured)")
 	fs.IntVar(&c.unreachable, "rollout-unreachable", 0, "measure one more image rollout (maxUnavailable 10%) during which PCT % of the nodes are stopped mid-rollout (0: none)")
 	fs.BoolVar(&c.unreachableBlocks, "unreachable-blocks", false, "run that rollout with rollout.everynode.io/unreachable-blocks \"true\" (Kubernetes' rule), for comparison")
@@ -88,7 +90,7 @@ func (c *benchFleetCommand) complete(pos []string) error {
 func (c *benchFleetCommand) Run(ctx context.Context, std IO) error {
 	log := slog.New(slog.NewTextHandler(std.Err, &slog.HandlerOptions{Level: c.level}))
 	cfg := bench.Config{Nodes: c.nodes, Gossip: c.gsp, Rollout: c.rollout, Detect: c.detect, AgentIdle: c.idle, Soak: c.soak, Logger: log,
-		GossipProfile: c.gossipProfile, IdleTraffic: c.idleTraffic,
+		GossipProfile: c.gossipProfile, IdleTraffic: c.idleTraffic, IdleSettle: c.idleSettle,
 		AgentProcs: c.agentProcs, CPULoad: c.cpuLoad, RolloutUnreachable: c.unreachable, UnreachableBlocks: c.unreachableBlocks}
 	if c.agentProcs > 0 || c.cpuLoad > 0 {
 		self, err := os.Executable()
@@ -247,6 +249,8 @@ func printFleet(out io.Writer, r *bench.Result) {
 		f("idle_api_bytes_per_s_out", r.IdleAPIBytesPerSOut, "B/s")
 		f("idle_gossip_bytes_per_s_in", r.IdleGossipBytesPerSIn, fmt.Sprintf("B/s (%.2f UDP datagrams/s)", r.IdleGossipPacketsPerSIn))
 		f("idle_gossip_bytes_per_s_out", r.IdleGossipBytesPerSOut, fmt.Sprintf("B/s (%.2f UDP datagrams/s)", r.IdleGossipPacketsPerSOut))
+		fmt.Fprintf(tw, "idle_gossip_stream_bytes_per_s\t%.1f / %.1f\tB/s in / out of the gossip figures over TCP (push/pull state exchanges); the rest is UDP (probes)\n",
+			r.IdleGossipStreamBytesPerSIn, r.IdleGossipStreamBytesPerSOut)
 	}
 	f("detect_s", r.DetectS, "s (node killed → Node Ready≠True)")
 	f("detect_member_s", r.DetectMemberS, "s (node killed → the server's gossip member lists it dead)")

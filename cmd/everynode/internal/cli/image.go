@@ -126,6 +126,13 @@ func (c *ImageListCommand) Run(ctx context.Context, std IO) error {
 	}
 	tw := tabwriter.NewWriter(std.Out, 0, 8, 3, ' ', 0)
 	hdr := "IMAGE\tPLATFORMS\tSIZE\tLOADED"
+	servers := false // several servers: where the blobs are
+	for _, im := range l.Items {
+		servers = servers || len(im.Servers) > 0
+	}
+	if servers {
+		hdr += "\tBLOBS ON SERVERS"
+	}
 	if c.nodes {
 		hdr += "\tNODES"
 	}
@@ -137,6 +144,9 @@ func (c *ImageListCommand) Run(ctx context.Context, std IO) error {
 		}
 		row := fmt.Sprintf("%s\t%s\t%s\t%s", images.Familiar(im.Name), strings.ReplaceAll(im.PlatformList(), " ", ""),
 			humanBytes(size), im.Loaded.Format("2006-01-02T15:04:05Z"))
+		if servers {
+			row += "\t" + serverCopies(im.Servers)
+		}
 		if c.nodes {
 			ns := have[im.Name]
 			row += fmt.Sprintf("\t%d", len(ns))
@@ -147,6 +157,22 @@ func (c *ImageListCommand) Run(ctx context.Context, std IO) error {
 		fmt.Fprintln(tw, row)
 	}
 	return tw.Flush()
+}
+
+// serverCopies is "a (all), b (2/5)": which
+// servers hold the image's blobs on disk. Any server serves the image;
+// one that lacks a blob fetches it from one that has it.
+func serverCopies(cs []images.ServerCopy) string {
+	parts := make([]string, 0, len(cs))
+	for _, c := range cs {
+		switch {
+		case c.Blobs == c.Total:
+			parts = append(parts, c.Server+" (all)")
+		default:
+			parts = append(parts, fmt.Sprintf("%s (%d/%d)", c.Server, c.Blobs, c.Total))
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 func humanBytes(n int64) string {
