@@ -10,10 +10,13 @@
 #                API, output in bench.out; figures in docs/benchmarks-api.md) and
 #                bench-fleet (simulated fleets of 100 and 1,000 nodes, BIG=1 adds
 #                5,000; writes docs/benchmarks.md)
+#   make chaos   the HA chaos test (docs/ha.md) with CHAOS_KILLS (default 20)
+#                SIGKILLs of the leading server; make test runs it with 3
 
 GO       ?= go
 BIN      ?= bin/everynode
 FUZZTIME ?= 60s
+CHAOS_KILLS ?= 20
 PKGS     ?= ./...
 DIST     ?= dist
 # VERSION is stamped into release binaries: the newest v* tag, else v0.0.0-<commit>.
@@ -23,7 +26,7 @@ VERSION  ?= $(shell git describe --tags --match 'v*' --dirty 2>/dev/null || echo
 PLATFORMS ?= linux/amd64 linux/arm64 linux/arm/7 linux/riscv64
 VERSION_FLAG = -X github.com/everynode/everynode/cmd/everynode/internal/cli.stampedVersion=$(VERSION)
 
-.PHONY: all build test lint fuzz bench bench-api release clean
+.PHONY: all build test lint fuzz bench bench-api release clean chaos
 
 all: lint build test
 
@@ -44,6 +47,11 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzApplyPatch$$' -fuzztime=$(FUZZTIME) ./apiserver/strategy/
 
 bench: bench-api bench-fleet
+
+# Three servers and five agents in containers (needs Docker); see docs/ha.md.
+chaos:
+	EVERYNODE_CHAOS_KILLS=$(CHAOS_KILLS) EVERYNODE_REQUIRE_DOCKER=1 $(GO) test -race -count=1 -timeout 60m -v \
+		-run '^TestChaosHA$$' ./integration/multihost/
 
 bench-api:
 	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=1s ./store/ ./apiserver/ | tee bench.out

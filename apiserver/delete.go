@@ -64,6 +64,11 @@ func (s *Server) deleteOne(ctx context.Context, c call, opts *metav1.DeleteOptio
 		case next == nil && !remove:
 			return withTypeMeta(r, cur), nil // already marked as asked
 		}
+		if remove && !dryRun {
+			if err := s.removeServerOfNode(ctx, c, cur); err != nil {
+				return nil, err
+			}
+		}
 		var out resources.Object
 		if remove {
 			out, err = s.store.Delete(ctx, r, c.namespace, c.name, &store.Preconditions{ResourceVersion: cur.GetResourceVersion()})
@@ -82,6 +87,33 @@ func (s *Server) deleteOne(ctx context.Context, c call, opts *metav1.DeleteOptio
 		return withTypeMeta(r, out), nil
 	}
 	return nil, strategy.ConflictError(r.GroupResource(), c.name)
+}
+
+// ServerNodeLabel marks the Node of a server's local agent on an embedded
+// etcd cluster; the server sets it (a node may not, NodeRestriction), and
+// deleting a Node that carries it removes the server's etcd member of the
+// Node's name first (docs/ha.md).
+const ServerNodeLabel = "node-role.kubernetes.io/control-plane"
+
+// removeServerOfNode removes the etcd member of a server whose Node is being
+// deleted. A refusal (the last server) or a failure keeps the Node; a Node
+// whose name is no member is deleted as any.
+func (s *Server) removeServerOfNode(ctx context.Context, c call, cur resources.Object) error {
+	if c.r != resources.Nodes || s.join == nil || s.join.Servers == nil {
+		return nil
+	}
+	if _, ok := cur.GetLabels()[ServerNodeLabel]; !ok {
+		return nil
+	}
+	err := s.join.Servers.RemoveServer(ctx, c.name)
+	switch {
+	case err == nil:
+		s.log.Info("server removed from the etcd cluster with its node", "server", c.name, "user", c.user.Name)
+		return nil
+	case apierrors.IsNotFound(err):
+		return nil
+	}
+	return err
 }
 
 // nodeGone frees the name of a Node that a delete removed or found missing:

@@ -58,6 +58,15 @@ type Config struct {
 // offers others to fail over to: a dead host is given up on quickly.
 const failoverDialTimeout = 2 * time.Second
 
+// failoverPingAfter and failoverPingTimeout are the health check of a
+// failover client's connections: after failoverPingAfter without a frame
+// from the server a ping is sent, and the connection is closed when its
+// answer takes longer than failoverPingTimeout (a partitioned server).
+const (
+	failoverPingAfter   = 3 * time.Second
+	failoverPingTimeout = 2 * time.Second
+)
+
 // DefaultTimeout bounds a non-watch request when Config.Timeout is zero: long
 // enough for a busy embedded etcd, short enough that a dead server is reported.
 const DefaultTimeout = 30 * time.Second
@@ -119,6 +128,11 @@ func NewHTTP(cfg Config) (*HTTP, error) {
 	if cfg.Servers != nil {
 		if cfg.Transport == nil {
 			tr.DialContext = (&net.Dialer{Timeout: failoverDialTimeout, KeepAlive: 15 * time.Second}).DialContext
+			// A server cut off the network sends nothing, not even a
+			// reset: a connection silent for failoverPingAfter is pinged
+			// and closed when no answer comes, so the next request dials
+			// afresh and fails over.
+			tr.HTTP2 = &http.HTTP2Config{SendPingTimeout: failoverPingAfter, PingTimeout: failoverPingTimeout}
 		}
 		fo, err := NewFailover(h.hc.Transport, cfg.Server, cfg.Servers)
 		if err != nil {

@@ -362,6 +362,9 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if err := s.startAgent(); err != nil {
 		return nil, err
 	}
+	if s.members != nil && cfg.Agent.Name == s.serverName() {
+		s.goBG(func() { s.labelServerNode(bgCtx, cfg.Agent.Name) })
+	}
 	return s, nil
 }
 

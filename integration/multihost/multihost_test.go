@@ -68,6 +68,10 @@ type mhEnv struct {
 	kubecfg  string   // host kubeconfig (127.0.0.1:<published port>)
 	api      *client.HTTP
 	dockerOK bool
+	// logContainers are more containers whose logs a failure shows.
+	logContainers []string
+	// stopCtx, when set, ends a ctx given to cleanup alone.
+	stopCtx context.CancelFunc
 }
 
 // mhDocker runs the docker CLI, bounded, and returns its trimmed stdout.
@@ -206,11 +210,14 @@ func (e *mhEnv) cleanup() {
 	if e.api != nil {
 		e.api.Close()
 	}
+	if e.stopCtx != nil {
+		e.stopCtx()
+	}
 }
 
 // dumpLogs prints the last lines of the server's and agents' logs.
 func (e *mhEnv) dumpLogs() {
-	for _, c := range append([]string{e.server}, e.agents...) {
+	for _, c := range append(append([]string{e.server}, e.logContainers...), e.agents...) {
 		if c == "" {
 			continue
 		}
