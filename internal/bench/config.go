@@ -86,6 +86,16 @@ type Config struct {
 	// their Node status at the real agent's period
 	// (nodeagent.DefaultNodeStatusPeriod) instead of the benchmark's long one.
 	IdleTraffic time.Duration
+	// IdleCPU, when > 0, measures the agent processes' idle CPU and
+	// wake-ups over that long once every pod runs (needs AgentProcs; one
+	// agent per process, as with gossip, gives per-process figures). The
+	// agents then post their Node status at the real agent's period, as
+	// with IdleTraffic.
+	IdleCPU time.Duration
+	// IdleCPUProfile, when set with IdleCPU, is where the first agent
+	// process writes a CPU profile of that window (sampled at
+	// IdleProfileHz: an idle agent runs for a few ms a second).
+	IdleCPUProfile string
 	// Dir is where the temporary directory is made; "" is os.TempDir.
 	Dir string
 	// Timeout bounds each measured phase; 0 means 10 minutes.
@@ -205,6 +215,24 @@ type Result struct {
 	IdleGossipBytesPerSOut   float64 `json:"idle_gossip_bytes_per_s_out,omitempty"`
 	IdleGossipPacketsPerSIn  float64 `json:"idle_gossip_packets_per_s_in,omitempty"`
 	IdleGossipPacketsPerSOut float64 `json:"idle_gossip_packets_per_s_out,omitempty"`
+
+	// IdleCPUS is how long idle CPU was measured (Config.IdleCPU). Over it:
+	// IdleCPUMsPerS is the agent processes' CPU time (utime + stime of
+	// /proc/<pid>/stat) in ms per second per agent, IdleCPUMsPerSMax the
+	// busiest process's (per agent in it); IdleWakeupsPerS the context
+	// switches of all their threads per second per agent (voluntary: a
+	// thread blocked, to be woken again; involuntary: preempted), from
+	// /proc/<pid>/task/*/status; IdleServerCPUMsPerS this process's CPU
+	// (the server and the harness) in ms per second; IdleLoadAvg the load
+	// average at the end of the window.
+	IdleCPUS            float64 `json:"idle_cpu_s,omitempty"`
+	IdleCPUMsPerS       float64 `json:"idle_cpu_ms_per_s,omitempty"`
+	IdleCPUMsPerSMax    float64 `json:"idle_cpu_ms_per_s_max,omitempty"`
+	IdleWakeupsPerS     float64 `json:"idle_wakeups_per_s,omitempty"`
+	IdleVoluntaryPerS   float64 `json:"idle_voluntary_switches_per_s,omitempty"`
+	IdleInvoluntaryPerS float64 `json:"idle_involuntary_switches_per_s,omitempty"`
+	IdleServerCPUMsPerS float64 `json:"idle_server_cpu_ms_per_s,omitempty"`
+	IdleLoadAvg         string  `json:"idle_loadavg,omitempty"`
 
 	// StatusP50Ms, StatusP99Ms: pod status updates during convergence, at
 	// the agents' HTTPS client; StatusSamples how many.

@@ -415,3 +415,24 @@ func startCPULoad(ctx context.Context, build func(context.Context) *exec.Cmd, n 
 	}
 	return c, nil
 }
+
+// pids returns the children's process ids.
+func (p *procFleet) pids() []int {
+	out := make([]int, len(p.children))
+	for i, c := range p.children {
+		out[i] = c.pid
+	}
+	return out
+}
+
+// profiler returns a function that starts (true) and stops (false) a CPU
+// profile of the first child written to path; nil when path is empty.
+func (p *procFleet) profiler(path string) func(ctx context.Context, on bool) error {
+	if path == "" {
+		return nil
+	}
+	return func(ctx context.Context, on bool) error {
+		_, err := p.children[0].request(ctx, request{Op: opProfile, On: on, Path: path}, p.timeout)
+		return err
+	}
+}

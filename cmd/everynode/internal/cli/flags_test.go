@@ -207,6 +207,8 @@ func everyFlag() []flagCase {
 		{"bench fleet", "rollout-unreachable", "", "0", "--rollout-unreachable 5", "unreachable", 5},
 		{"bench fleet", "gossip-profile", "", "lan", "--gossip-profile wan", "gossipProfile", "wan"},
 		{"bench fleet", "idle-traffic", "", "0s", "--idle-traffic 5m", "idleTraffic", 5 * time.Minute},
+		{"bench fleet", "idle-cpu", "", "0s", "--agent-procs 2 --idle-cpu 30s", "idleCPU", 30 * time.Second},
+		{"bench fleet", "idle-cpuprofile", "", "", "--agent-procs 2 --idle-cpu 30s --idle-cpuprofile a.pprof", "idleCPUProfile", "a.pprof"},
 		{"bench fleet", "unreachable-blocks", "", "false", "--rollout-unreachable 5 --unreachable-blocks", "unreachableBlocks", true},
 		{"bench agents", "log-level", "", "warn", "--log-level info", "logLevel", "info"},
 		{"bench report", "output", "o", "", "r.json -o out.md", "outPath", "out.md"},
