@@ -43,7 +43,7 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzDecodeValidate$$' -fuzztime=$(FUZZTIME) ./apiserver/strategy/
 	$(GO) test -run='^$$' -fuzz='^FuzzApplyPatch$$' -fuzztime=$(FUZZTIME) ./apiserver/strategy/
 
-bench: bench-api bench-fleet
+bench: bench-api bench-fleet bench-docker bench-idle-cpu
 
 bench-api:
 	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=1s ./store/ ./apiserver/ | tee bench.out
