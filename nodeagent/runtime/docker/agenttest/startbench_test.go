@@ -106,20 +106,19 @@ func BenchmarkDockerStart(b *testing.B) {
 			}
 			en.engineCreate = append(en.engineCreate, starts.waitFor(b, t0, events.ActionCreate, ours(engine.image)))
 			en.create = append(en.create, starts.wait(b, t0, ours(engine.image)))
-			var cur *appsv1.DaemonSet
+			// The controller writes the DaemonSet's status meanwhile: read,
+			// change and write until the write is not a conflict.
 			testkit.Eventually(b, time.Minute, func() error {
 				o, err := admin.Get(ctx, resources.DaemonSets, "default", dsName)
 				if err != nil {
 					return err
 				}
-				cur = o.(*appsv1.DaemonSet).DeepCopy()
-				return nil
+				cur := o.(*appsv1.DaemonSet).DeepCopy()
+				cur.Spec.Template.Spec.Containers[0].Image = v2
+				t0 = time.Now()
+				_, err = admin.Update(ctx, cur, enclient.WriteOptions{})
+				return err
 			})
-			cur.Spec.Template.Spec.Containers[0].Image = v2
-			t0 = time.Now()
-			if _, err := admin.Update(ctx, cur, enclient.WriteOptions{}); err != nil {
-				b.Fatal(err)
-			}
 			en.engineUpdate = append(en.engineUpdate, starts.waitFor(b, t0, events.ActionCreate, ours(v2)))
 			en.update = append(en.update, starts.wait(b, t0, ours(v2)))
 			if _, err := admin.Delete(ctx, resources.DaemonSets, "default", dsName, metav1.DeleteOptions{}); err != nil {
