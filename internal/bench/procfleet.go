@@ -24,8 +24,8 @@ import (
 // cores (batches of 4 too) delayed each other's probe answers past the
 // 150 ms probe timeout, and the suspicions, refutations and retransmits that
 // followed kept the machine saturated: the members flapped for minutes.
-// Started one by one they settle and then idle at about 5 ms of CPU a second
-// each.
+// Started one by one they settle and then idle at about 4 ms of CPU a second
+// each (bench fleet --idle-cpu).
 const startGossipBatch = 1
 
 // childStopTimeout bounds how long a child may take to stop its agents and
