@@ -76,6 +76,9 @@ func BenchmarkDockerStart(b *testing.B) {
 		// Bare docker.
 		for i := range startRounds {
 			name := fmt.Sprintf("enbench-%s-bare-%d", engine.run, i)
+			b.Cleanup(func() { // after a failure; the round removes them itself
+				_ = exec.Command("docker", "rm", "-f", name, name+"-v2").Run()
+			})
 			t0 := time.Now()
 			dockerCLI(b, append([]string{"run", "-d", "--name", name, "--label", testimage.RunLabel + "=" + engine.run, engine.image}, args...)...)
 			bare.engineCreate = append(bare.engineCreate, starts.waitFor(b, t0, events.ActionCreate, func(a map[string]string) bool { return a["name"] == name }))
