@@ -46,7 +46,7 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzDecodeValidate$$' -fuzztime=$(FUZZTIME) ./apiserver/strategy/
 	$(GO) test -run='^$$' -fuzz='^FuzzApplyPatch$$' -fuzztime=$(FUZZTIME) ./apiserver/strategy/
 
-bench: bench-api bench-fleet
+bench: bench-api bench-fleet bench-docker bench-idle-cpu
 
 # Three servers and five agents in containers (needs Docker); see docs/ha.md.
 chaos:

@@ -20,6 +20,17 @@
 #                            $(BENCH_OUT)/idle-*.json, figures in
 #                            docs/benchmarks.md ("Idle traffic") and
 #                            docs/edge.md ("Metered links")
+#   make bench-docker        real Docker (issue 18): medians of 7 of a container
+#                            created and its image updated through everynode
+#                            (server + agent on this engine), a bare docker run
+#                            and a Swarm global service (when docker swarm init
+#                            works here; the swarm is left afterwards), same
+#                            local images built in the run; output in
+#                            $(BENCH_OUT)/docker.txt
+#   make bench-idle-cpu      idle CPU and wake-ups per agent process (lan at 10
+#                            and 30 agents over 30 s, wan at 10 over 120 s:
+#                            /proc counts CPU in 10 ms ticks), with a CPU profile of
+#                            one lan agent; JSON in $(BENCH_OUT)/idlecpu-*.json
 #
 # The simulated agents run in child processes of the same binary
 # ("--agent-procs K"), so the server's RSS and CPU figures are its own:
@@ -45,7 +56,7 @@ BENCH_OUT ?= bin/bench
 BENCH_DOC ?= docs/benchmarks.md
 BIG       ?=
 
-.PHONY: bench-fleet bench-soak bench-report bench-idle-traffic
+.PHONY: bench-fleet bench-soak bench-report bench-idle-traffic bench-docker bench-idle-cpu
 
 bench-fleet: build
 	@mkdir -p $(BENCH_OUT)
@@ -89,3 +100,14 @@ bench-idle-traffic: build
 		$(BIN) bench fleet --nodes $$n --agent-procs $$n --detect --gossip-profile wan --agent-binary none --json > $(BENCH_OUT)/detect-wan-$$n.json || exit 1; \
 	done
 	@grep -h '"nodes"\|"gossip_profile"\|"idle_bytes\|"detect' $(BENCH_OUT)/idle-*.json $(BENCH_OUT)/detect-wan-*.json
+
+bench-docker:
+	@mkdir -p $(BENCH_OUT)
+	$(GO) test -run '^$$' -bench '^BenchmarkDockerStart$$' -benchtime 1x -timeout 30m ./nodeagent/runtime/docker/agenttest/ | tee $(BENCH_OUT)/docker.txt
+
+bench-idle-cpu: build
+	@mkdir -p $(BENCH_OUT)
+	$(BIN) bench fleet --nodes 10 --agent-procs 10 --gossip --idle-cpu 30s --idle-cpuprofile $(BENCH_OUT)/idlecpu-lan-10.pprof --agent-binary none --json > $(BENCH_OUT)/idlecpu-lan-10.json
+	$(BIN) bench fleet --nodes 30 --agent-procs 30 --gossip --detect --idle-cpu 30s --agent-binary none --json > $(BENCH_OUT)/idlecpu-lan-30.json
+	$(BIN) bench fleet --nodes 10 --agent-procs 10 --gossip --gossip-profile wan --idle-cpu 120s --agent-binary none --json > $(BENCH_OUT)/idlecpu-wan-10.json
+	@grep -h '"nodes"\|"gossip_profile"\|"idle_cpu\|"idle_wakeups\|"idle_loadavg\|"detect_s' $(BENCH_OUT)/idlecpu-*.json

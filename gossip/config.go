@@ -137,6 +137,12 @@ type timings struct {
 	gossipToTheDeadTime time.Duration
 	// tcpTimeout (duration) bounds a join or push/pull exchange.
 	tcpTimeout time.Duration
+	// compress: LZW-compress every message memberlist sends (it keeps the
+	// compressed form only when smaller). Each compression allocates a
+	// 64 KiB LZW table, so it costs an idle member a garbage collection every
+	// few seconds: worth it on metered links only. Receivers decompress
+	// whatever they get, so members may differ in this.
+	compress bool
 	// forgetAfter (duration) is how long Members keeps reporting a Dead or Left member.
 	forgetAfter time.Duration
 }
@@ -180,6 +186,10 @@ func profileTimings(profile string) (timings, error) {
 			gossipToTheDeadTime: 30 * time.Second,
 			// 10 s: memberlist's LAN value.
 			tcpTimeout: 10 * time.Second,
+			// Off: a LAN is not metered, and LZW on every probe (a 64 KiB table per
+			// packet) was about a quarter of an idle agent's CPU (docs/benchmarks.md,
+			// "Idle CPU per agent"). Pings and acks do not shrink anyway.
+			compress: false,
 			// 1 h: long enough for any reconcile loop to see the final state.
 			forgetAfter: time.Hour,
 		}, nil
@@ -207,7 +217,10 @@ func profileTimings(profile string) (timings, error) {
 			pushPullInterval:    wanPushPullInterval,
 			gossipToTheDeadTime: wan.GossipToTheDeadTime,
 			tcpTimeout:          wan.TCPTimeout,
-			forgetAfter:         time.Hour,
+			// On, memberlist's default: wan links may be metered, and its state
+			// exchanges shrink.
+			compress:    wan.EnableCompression,
+			forgetAfter: time.Hour,
 		}, nil
 	case ProfileLocal:
 		return timings{
@@ -227,7 +240,9 @@ func profileTimings(profile string) (timings, error) {
 			pushPullInterval:    5 * time.Second,
 			gossipToTheDeadTime: 5 * time.Second,
 			// 2 s: loopback joins are instant unless the machine is starved.
-			tcpTimeout:  2 * time.Second,
+			tcpTimeout: 2 * time.Second,
+			// Off: loopback is free.
+			compress:    false,
 			forgetAfter: time.Hour,
 		}, nil
 	}
@@ -329,6 +344,7 @@ func (c Config) memberlistConfig(t timings, m *Member, logger *slog.Logger) *mem
 	mc.PushPullInterval = t.pushPullInterval
 	mc.GossipToTheDeadTime = t.gossipToTheDeadTime
 	mc.TCPTimeout = t.tcpTimeout
+	mc.EnableCompression = t.compress
 
 	mc.SecretKey = append([]byte(nil), c.Key...)
 	mc.GossipVerifyIncoming = true
@@ -336,7 +352,9 @@ func (c Config) memberlistConfig(t timings, m *Member, logger *slog.Logger) *mem
 
 	mc.Delegate = &delegate{m: m}
 	mc.Events = &eventDelegate{m: m}
-	mc.Ping = m.silence
+	if m != nil {
+		mc.Ping = m.silence
+	}
 	mc.Logger = slog.NewLogLogger(logger.Handler(), slog.LevelDebug)
 	return mc
 }

@@ -1,8 +1,10 @@
 package gossip
 
 import (
+	"log/slog"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestValidate(t *testing.T) {
@@ -75,4 +77,30 @@ func TestStateString(t *testing.T) {
 			t.Errorf("%d.String() = %q, want %q", int(s), got, want)
 		}
 	}
+}
+
+// TestCompressionByProfile: only wan compresses (an idle lan member spent a
+// quarter of its CPU on LZW tables), and members that compress and members
+// that do not understand each other: a wan member joins a lan one (the join's
+// state exchange compressed one way, not the other) and both list each other
+// alive.
+func TestCompressionByProfile(t *testing.T) {
+	for p, want := range map[string]bool{ProfileLAN: false, ProfileWAN: true, ProfileLocal: false} {
+		tm, err := profileTimings(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := testConfig("x", p)
+		if got := cfg.memberlistConfig(tm, nil, slog.New(slog.DiscardHandler)).EnableCompression; got != want {
+			t.Errorf("%s: EnableCompression = %v, want %v", p, got, want)
+		}
+	}
+	lan := startMember(t, testConfig("lan", ProfileLAN))
+	wan := startMember(t, testConfig("wan", ProfileWAN))
+	if _, err := wan.Join([]string{lan.LocalAddr()}); err != nil {
+		t.Fatalf("a compressing member joining one that does not: %v", err)
+	}
+	waitFor(t, 20*time.Second, "both members alive on both sides", func() bool {
+		return seesAlive(lan, "lan", "wan") && seesAlive(wan, "lan", "wan")
+	})
 }

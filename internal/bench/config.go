@@ -91,6 +91,16 @@ type Config struct {
 	// memberlist's first push/pull comes between one and two intervals
 	// after a member starts, then one per interval.
 	IdleSettle time.Duration
+	// IdleCPU, when > 0, measures the agent processes' idle CPU and
+	// wake-ups over that long once every pod runs (needs AgentProcs; one
+	// agent per process, as with gossip, gives per-process figures). The
+	// agents then post their Node status at the real agent's period, as
+	// with IdleTraffic.
+	IdleCPU time.Duration
+	// IdleCPUProfile, when set with IdleCPU, is where the first agent
+	// process writes a CPU profile of that window (sampled at
+	// IdleProfileHz: an idle agent runs for a few ms a second).
+	IdleCPUProfile string
 	// Dir is where the temporary directory is made; "" is os.TempDir.
 	Dir string
 	// Timeout bounds each measured phase; 0 means 10 minutes.
@@ -215,6 +225,24 @@ type Result struct {
 	// (probes, acks, gossip).
 	IdleGossipStreamBytesPerSIn  float64 `json:"idle_gossip_stream_bytes_per_s_in,omitempty"`
 	IdleGossipStreamBytesPerSOut float64 `json:"idle_gossip_stream_bytes_per_s_out,omitempty"`
+
+	// IdleCPUS is how long idle CPU was measured (Config.IdleCPU). Over it:
+	// IdleCPUMsPerS is the agent processes' CPU time (utime + stime of
+	// /proc/<pid>/stat) in ms per second per agent, IdleCPUMsPerSMax the
+	// busiest process's (per agent in it); IdleWakeupsPerS the context
+	// switches of all their threads per second per agent (voluntary: a
+	// thread blocked, to be woken again; involuntary: preempted), from
+	// /proc/<pid>/task/*/status; IdleServerCPUMsPerS this process's CPU
+	// (the server and the harness) in ms per second; IdleLoadAvg the load
+	// average at the end of the window.
+	IdleCPUS            float64 `json:"idle_cpu_s,omitempty"`
+	IdleCPUMsPerS       float64 `json:"idle_cpu_ms_per_s,omitempty"`
+	IdleCPUMsPerSMax    float64 `json:"idle_cpu_ms_per_s_max,omitempty"`
+	IdleWakeupsPerS     float64 `json:"idle_wakeups_per_s,omitempty"`
+	IdleVoluntaryPerS   float64 `json:"idle_voluntary_switches_per_s,omitempty"`
+	IdleInvoluntaryPerS float64 `json:"idle_involuntary_switches_per_s,omitempty"`
+	IdleServerCPUMsPerS float64 `json:"idle_server_cpu_ms_per_s,omitempty"`
+	IdleLoadAvg         string  `json:"idle_loadavg,omitempty"`
 
 	// StatusP50Ms, StatusP99Ms: pod status updates during convergence, at
 	// the agents' HTTPS client; StatusSamples how many.

@@ -8,6 +8,8 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime"
+	"runtime/pprof"
 	"sync"
 	"time"
 )
@@ -25,19 +27,27 @@ import (
 //	parent → {"op":"kill","name":"sim-00050"}     (that agent crashes: no gossip leave)
 //	parent → {"op":"report"}
 //	child  → {"op":"report","dials":3,"samples_us":[…],"gossip_log":[…],"traffic":{"api_in":…,…}}
+//	parent → {"op":"profile","on":true,"path":F}  (write a CPU profile of this process to F, until
+//	                                               {"op":"profile"} without "on": an idle window's)
 //	parent → {"op":"stop"}                        (the child stops its agents, replies, exits)
 //
 // A child whose stdin closes stops its agents and exits too, so a parent
 // that dies leaves no orphans. A start spec with "burn": N and no nodes
 // makes the child a CPU load instead: N goroutines spinning until stop.
 const (
-	opHello  = "hello"
-	opStart  = "start"
-	opRecord = "record"
-	opKill   = "kill"
-	opReport = "report"
-	opStop   = "stop"
+	opHello   = "hello"
+	opStart   = "start"
+	opRecord  = "record"
+	opKill    = "kill"
+	opReport  = "report"
+	opStop    = "stop"
+	opProfile = "profile"
 )
+
+// IdleProfileHz is the sampling rate of a child's CPU profile: an idle agent
+// runs a few ms a second, which pprof's default 100 Hz would sample about
+// once every two seconds.
+const IdleProfileHz = 1000
 
 // childSpec is what a child runs: agents for Nodes against Server, or a CPU
 // burner of Burn goroutines.
@@ -67,6 +77,8 @@ type request struct {
 	Spec *childSpec `json:"spec,omitempty"`
 	On   bool       `json:"on,omitempty"`
 	Name string     `json:"name,omitempty"`
+	// Path is where a profile request writes the profile.
+	Path string `json:"path,omitempty"`
 }
 
 // reply is a child → parent message.
@@ -140,7 +152,9 @@ func serveControl(ctx context.Context, in io.ReadCloser, out io.Writer, start st
 		}
 	}()
 	var fl agentFleet
+	var prof cpuProfile
 	defer func() {
+		prof.stop()
 		close(quit)
 		if fl != nil {
 			fl.stop()
@@ -176,6 +190,10 @@ func serveControl(ctx context.Context, in io.ReadCloser, out io.Writer, start st
 			err = errors.New("start without a spec")
 		case r.Op == opStart:
 			fl, err = start(ctx, *r.Spec)
+		case r.Op == opProfile && r.On:
+			err = prof.start(r.Path)
+		case r.Op == opProfile:
+			err = prof.stop()
 		case r.Op == opStop:
 			if fl != nil {
 				fl.stop()
@@ -209,6 +227,41 @@ func serveControl(ctx context.Context, in io.ReadCloser, out io.Writer, start st
 			return fmt.Errorf("bench agents: write reply: %w", err)
 		}
 	}
+}
+
+// cpuProfile is a child's CPU profile, written to a file while it runs.
+type cpuProfile struct{ f *os.File }
+
+func (p *cpuProfile) start(path string) error {
+	if p.f != nil {
+		return errors.New("a CPU profile is already running")
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("cpu profile: %w", err)
+	}
+	// StartCPUProfile keeps a rate set before it (and says so on stderr).
+	runtime.SetCPUProfileRate(IdleProfileHz)
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return fmt.Errorf("cpu profile: %w", err)
+	}
+	p.f = f
+	return nil
+}
+
+// stop ends the profile, if one runs.
+func (p *cpuProfile) stop() error {
+	if p.f == nil {
+		return nil
+	}
+	pprof.StopCPUProfile()
+	err := p.f.Close()
+	p.f = nil
+	if err != nil {
+		return fmt.Errorf("cpu profile: %w", err)
+	}
+	return nil
 }
 
 // burner is a child's CPU load: goroutines spinning until stop.

@@ -112,7 +112,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	names := nodeNames(cfg.Nodes)
 	victim := names[len(names)/2]
 	target := srv.fleetTarget()
-	target.realHeartbeat = cfg.IdleTraffic > 0
+	target.realHeartbeat = cfg.IdleTraffic > 0 || cfg.IdleCPU > 0
 	var fl agentFleet
 	var pf *procFleet
 	agentsCPU := func() float64 { return 0 }
@@ -227,6 +227,14 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 
 	if cfg.IdleTraffic > 0 {
 		if err := idleTraffic(ctx, fl, cfg.IdleTraffic, cfg.IdleSettle, cfg.Nodes, res, log); err != nil {
+			return nil, err
+		}
+	}
+
+	if cfg.IdleCPU > 0 {
+		if pf == nil {
+			res.Notes = append(res.Notes, "idle CPU per agent is measured only with agent processes (--agent-procs)")
+		} else if err := idleCPU(ctx, pf.pids(), cfg.Nodes, cfg.IdleCPU, pf.profiler(cfg.IdleCPUProfile), res, log); err != nil {
 			return nil, err
 		}
 	}

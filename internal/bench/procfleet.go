@@ -24,8 +24,8 @@ import (
 // cores (batches of 4 too) delayed each other's probe answers past the
 // 150 ms probe timeout, and the suspicions, refutations and retransmits that
 // followed kept the machine saturated: the members flapped for minutes.
-// Started one by one they settle and then idle at about 5 ms of CPU a second
-// each.
+// Started one by one they settle and then idle at about 4 ms of CPU a second
+// each (bench fleet --idle-cpu).
 const startGossipBatch = 1
 
 // childStopTimeout bounds how long a child may take to stop its agents and
@@ -414,4 +414,25 @@ func startCPULoad(ctx context.Context, build func(context.Context) *exec.Cmd, n 
 		return nil, err
 	}
 	return c, nil
+}
+
+// pids returns the children's process ids.
+func (p *procFleet) pids() []int {
+	out := make([]int, len(p.children))
+	for i, c := range p.children {
+		out[i] = c.pid
+	}
+	return out
+}
+
+// profiler returns a function that starts (true) and stops (false) a CPU
+// profile of the first child written to path; nil when path is empty.
+func (p *procFleet) profiler(path string) func(ctx context.Context, on bool) error {
+	if path == "" {
+		return nil
+	}
+	return func(ctx context.Context, on bool) error {
+		_, err := p.children[0].request(ctx, request{Op: opProfile, On: on, Path: path}, p.timeout)
+		return err
+	}
 }

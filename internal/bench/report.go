@@ -29,6 +29,8 @@ type target struct {
 	limit    float64
 	unit     string
 	value    func(Result) float64
+	// profile: judge only runs with gossip on that profile ("": any run).
+	profile string
 	// ownProcess: judge only runs whose agents ran in other processes when
 	// there is one of that size (the server's own figure).
 	ownProcess bool
@@ -42,6 +44,8 @@ func targets() []target {
 		{name: "rollout_s", nodes: 1000, limit: 10, unit: "s", value: func(r Result) float64 { return r.RolloutS }},
 		{name: "detect_s", maxNodes: 100, limit: 3, unit: "s", value: func(r Result) float64 { return r.DetectS }},
 		{name: "agent_rss_mb", limit: 20, unit: "MiB", value: func(r Result) float64 { return r.AgentRSSMB }},
+		{name: "idle_cpu_ms_per_s", profile: gossip.ProfileLAN, limit: 5, unit: "ms/s", value: func(r Result) float64 { return r.IdleCPUMsPerS }},
+		{name: "idle_cpu_ms_per_s", profile: gossip.ProfileWAN, limit: 2, unit: "ms/s", value: func(r Result) float64 { return r.IdleCPUMsPerS }},
 		{name: "server_rss_mb", nodes: 1000, limit: 100, unit: "MiB", value: func(r Result) float64 { return r.ServerRSSMB }, ownProcess: true},
 	}
 }
@@ -135,6 +139,12 @@ func Render(w io.Writer, rep Report) {
 		return fmt.Sprintf("%.0f / %.0f (API %.0f / %.0f, gossip %.0f / %.0f)", r.IdleBytesPerSIn, r.IdleBytesPerSOut,
 			r.IdleAPIBytesPerSIn, r.IdleAPIBytesPerSOut, r.IdleGossipBytesPerSIn, r.IdleGossipBytesPerSOut)
 	})
+	row("**idle CPU per agent** (ms of CPU a second, agent processes) / wake-ups (context switches a second) / load average then", "≤ 5 ms/s with lan, ≤ 2 with wan", "", func(r Result) string {
+		if r.IdleCPUS == 0 {
+			return "–"
+		}
+		return fmt.Sprintf("%.2f / %.0f / %s", r.IdleCPUMsPerS, r.IdleWakeupsPerS, r.IdleLoadAvg)
+	})
 	row("false NotReady (nodes not killed) / seconds watched", "0 (issue: over 10 min, CPU loaded)", "", func(r Result) string {
 		return fmt.Sprintf("%d / %.0f s", r.FalseNotReady, r.WatchedS)
 	})
@@ -223,6 +233,9 @@ func Render(w io.Writer, rep Report) {
 			if t.ownProcess && r.AgentProcs == 0 && ownProcess[r.Nodes] {
 				continue
 			}
+			if t.profile != "" && (!r.Gossip || r.GossipProfile != t.profile) {
+				continue
+			}
 			v := t.value(r)
 			if v == 0 {
 				continue
@@ -289,6 +302,9 @@ func columnTitle(r Result) string {
 	}
 	if r.IdleTrafficS > 0 {
 		t += fmt.Sprintf(", idle traffic over %.0f s", r.IdleTrafficS)
+	}
+	if r.IdleCPUS > 0 {
+		t += fmt.Sprintf(", idle CPU over %.0f s", r.IdleCPUS)
 	}
 	switch {
 	case r.SoakS >= 60:

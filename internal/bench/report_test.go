@@ -17,6 +17,8 @@ func TestRenderTargets(t *testing.T) {
 		{Nodes: 10, Gossip: true, GossipProfile: "wan", AgentProcs: 10, IdleTrafficS: 60, IdleBytesPerSIn: 60.4, IdleBytesPerSOut: 50,
 			IdleAPIBytesPerSIn: 20.4, IdleAPIBytesPerSOut: 10, IdleGossipBytesPerSIn: 40, IdleGossipBytesPerSOut: 40},
 		{Nodes: 1000, UnreachablePct: 5, UnreachableBlocks: true, UnreachableNodes: 50, RolloutReachableS: 20.5, UnreachableStatusWaitS: 90, UnreachableStatus: "desired 1000, updated 950, available 950"},
+		{Nodes: 10, Gossip: true, GossipProfile: "lan", AgentProcs: 10, IdleCPUS: 30, IdleCPUMsPerS: 4.5, IdleWakeupsPerS: 120, IdleLoadAvg: "1.50 1.20 1.00"},
+		{Nodes: 10, Gossip: true, GossipProfile: "wan", AgentProcs: 10, IdleCPUS: 30, IdleCPUMsPerS: 2.5, IdleWakeupsPerS: 40, IdleLoadAvg: "1.00 1.00 1.00"},
 	}
 	var sb strings.Builder
 	Render(&sb, Report{Machine: Machine{CPUs: 2, CPUModel: "test CPU"}, Date: time.Date(2026, 11, 22, 6, 0, 0, 0, time.UTC),
@@ -44,9 +46,13 @@ func TestRenderTargets(t *testing.T) {
 		"k3s agent ~275 MB",
 		"k3s server 1.4–1.6 GB",
 		"hand-written",
-		"| 1000 nodes, 5 % stopped mid-rollout | 10 nodes, gossip wan, idle traffic over 60 s | 1000 nodes, 5 % stopped mid-rollout (unreachable-blocks: Kubernetes' rule) | target |",
+		"| 10 nodes, gossip, idle CPU over 30 s | 10 nodes, gossip wan, idle CPU over 30 s |",
+		"| 4.50 / 120 / 1.50 1.20 1.00 | 2.50 / 40 / 1.00 1.00 1.00 |",
+		"idle_cpu_ms_per_s at 10 nodes, gossip, idle CPU over 30 s: 4.50 ms/s ≤ 5 ms/s — **met**.",
+		"idle_cpu_ms_per_s at 10 nodes, gossip wan, idle CPU over 30 s: 2.50 ms/s > 2 ms/s — **missed**",
+		"| 1000 nodes, 5 % stopped mid-rollout | 10 nodes, gossip wan, idle traffic over 60 s | 1000 nodes, 5 % stopped mid-rollout (unreachable-blocks: Kubernetes' rule) | 10 nodes, gossip, idle CPU over 30 s |",
 		"| – | – | – | – | – | 12.50 (50 stopped, 5 %) | – | 20.50 (50 stopped, 5 %) |",
-		"| – | – | – | – | – | – | 60 / 50 (API 20 / 10, gossip 40 / 40) | – | ≤ 125 B/s (1 kbit/s) with wan |",
+		"| – | – | – | – | – | – | 60 / 50 (API 20 / 10, gossip 40 / 40) | – | – | – | ≤ 125 B/s (1 kbit/s) with wan |",
 		"| 40.25: desired 950, updated 950, available 950; Progressing UnreachableNodesPending | – | never (watched 90 s more): desired 1000, updated 950, available 950 |",
 	} {
 		if !strings.Contains(out, want) {

@@ -30,8 +30,10 @@ func (r *Runtime) inspect(ctx context.Context, op, id string) (container.Inspect
 
 // StartContainer starts a created container.
 func (r *Runtime) StartContainer(ctx context.Context, id string) error {
-	if _, err := r.inspect(ctx, "start", id); err != nil {
-		return err
+	if !r.takeFresh(id) {
+		if _, err := r.inspect(ctx, "start", id); err != nil {
+			return err
+		}
 	}
 	if err := r.cli.ContainerStart(ctx, id, container.StartOptions{}); err != nil {
 		return ctxErr(ctx, "start", id, err)
@@ -63,6 +65,7 @@ func (r *Runtime) StopContainer(ctx context.Context, id string, grace time.Durat
 // RemoveContainer removes a container and its anonymous volumes, killing it
 // if it still runs. An absent container (or another node's) is no error.
 func (r *Runtime) RemoveContainer(ctx context.Context, id string) error {
+	r.takeFresh(id)
 	if _, err := r.inspect(ctx, "remove", id); err != nil {
 		if runtime.IsNotFound(err) {
 			return nil
@@ -70,6 +73,27 @@ func (r *Runtime) RemoveContainer(ctx context.Context, id string) error {
 		return err
 	}
 	return r.remove(ctx, id)
+}
+
+// addFresh records a container this Runtime just created (see
+// Runtime.fresh).
+func (r *Runtime) addFresh(id string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.fresh == nil {
+		r.fresh = map[string]struct{}{}
+	}
+	r.fresh[id] = struct{}{}
+}
+
+// takeFresh reports whether id was created here and not started or removed
+// since, and forgets it.
+func (r *Runtime) takeFresh(id string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, ok := r.fresh[id]
+	delete(r.fresh, id)
+	return ok
 }
 
 func (r *Runtime) remove(ctx context.Context, id string) error {

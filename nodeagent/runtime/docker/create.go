@@ -86,6 +86,7 @@ func (r *Runtime) CreateContainer(ctx context.Context, spec runtime.ContainerSpe
 		_ = r.remove(context.WithoutCancel(ctx), resp.ID)
 		return "", runtime.Errorf("create", runtime.Invalid, name, "the engine cannot honour the spec: %s", strings.Join(discarded, "; "))
 	}
+	r.addFresh(resp.ID)
 	return resp.ID, nil
 }
 

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/go-connections/nat"
 
@@ -610,4 +611,25 @@ func TestLogsFollow(t *testing.T) {
 // slogTo is a text logger into w.
 func slogTo(w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// TestStartFreshContainer: a container this runtime just created starts
+// without an inspect first, and one removed behind its back before the
+// start is still reported NotFound, as an inspect would have.
+func TestStartFreshContainer(t *testing.T) {
+	r := newRuntime(t, "node-fresh")
+	id := create(t, r, testSpec(r, "ds-fresh", "c"))
+	if err := r.StartContainer(ctxT(t), id); err != nil {
+		t.Fatalf("start a fresh container: %v", err)
+	}
+	if st, err := r.ContainerStatus(ctxT(t), id); err != nil || st.State == runtime.StateCreated || st.Started.IsZero() {
+		t.Errorf("fresh container after start was not started: %+v, %v", st, err)
+	}
+	gone := create(t, r, testSpec(r, "ds-fresh2", "c"))
+	if err := engine.cli.ContainerRemove(ctxT(t), gone, container.RemoveOptions{Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.StartContainer(ctxT(t), gone); !runtime.IsNotFound(err) {
+		t.Errorf("start of a fresh container removed meanwhile: %v, want NotFound", err)
+	}
 }

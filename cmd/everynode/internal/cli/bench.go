@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime/pprof"
 	"strings"
 	"text/tabwriter"
@@ -28,6 +29,8 @@ type benchFleetCommand struct {
 	memProfile                     string
 	idle, soak, idleTraffic        time.Duration
 	idleSettle                     time.Duration
+	idleCPU                        time.Duration
+	idleCPUProfile                 string
 	gossipProfile                  string
 	agentProcs, cpuLoad            int
 	unreachable                    int
@@ -53,6 +56,8 @@ func (c *benchFleetCommand) flags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.gossipProfile, "gossip-profile", gossip.ProfileLAN, "gossip profile of the server and the simulated nodes: lan, wan or local (with wan the server pings the agents' API connections every 10 s instead of 1 s)")
 	fs.DurationVar(&c.idleSettle, "idle-settle", 0, "with --idle-traffic, idle this long before counting (0: 5 s); longer than twice the gossip push/pull interval counts it at its steady rate")
 	fs.DurationVar(&c.idleTraffic, "idle-traffic", 0, "once every pod runs, count each agent's idle network traffic (API connections and gossip, bytes/s in and out) over this long; agents then post Node status at the real agent's 10 s period (0: not measured)")
+	fs.DurationVar(&c.idleCPU, "idle-cpu", 0, "once every pod runs, measure the agent processes' idle CPU (ms/s per agent) and wake-ups (context switches/s per agent) over this long, with the load average; agents then post Node status at the real agent's period; needs --agent-procs (0: not measured)")
+	fs.StringVar(&c.idleCPUProfile, "idle-cpuprofile", "", "with --idle-cpu, write a CPU profile of the first agent process over that window to FILE")
 	fs.IntVar(&c.unreachable, "rollout-unreachable", 0, "measure one more image rollout (maxUnavailable 10%) during which PCT % of the nodes are stopped mid-rollout (0: none)")
 	fs.BoolVar(&c.unreachableBlocks, "unreachable-blocks", false, "run that rollout with rollout.everynode.io/unreachable-blocks \"true\" (Kubernetes' rule), for comparison")
 }
@@ -69,8 +74,14 @@ func (c *benchFleetCommand) complete(pos []string) error {
 	default:
 		return usageError(fmt.Sprintf("--gossip-profile %q is not a profile", c.gossipProfile), "use lan, wan or local")
 	}
-	if c.idleTraffic < 0 {
-		return usageError("--idle-traffic must not be negative", "e.g. --idle-traffic 60s")
+	if c.idleTraffic < 0 || c.idleCPU < 0 {
+		return usageError("--idle-traffic and --idle-cpu must not be negative", "e.g. --idle-traffic 60s --idle-cpu 30s")
+	}
+	if c.idleCPU > 0 && c.agentProcs == 0 {
+		return usageError("--idle-cpu needs the agents in child processes", "e.g. --agent-procs 10 --idle-cpu 30s")
+	}
+	if c.idleCPUProfile != "" && c.idleCPU == 0 {
+		return usageError("--idle-cpuprofile needs --idle-cpu", "e.g. --idle-cpu 30s --idle-cpuprofile agent.pprof")
 	}
 	if c.agentProcs < 0 || c.cpuLoad < 0 {
 		return usageError("--agent-procs and --cpu-load must not be negative", "e.g. --agent-procs 2 --cpu-load 2")
@@ -90,7 +101,7 @@ func (c *benchFleetCommand) complete(pos []string) error {
 func (c *benchFleetCommand) Run(ctx context.Context, std IO) error {
 	log := slog.New(slog.NewTextHandler(std.Err, &slog.HandlerOptions{Level: c.level}))
 	cfg := bench.Config{Nodes: c.nodes, Gossip: c.gsp, Rollout: c.rollout, Detect: c.detect, AgentIdle: c.idle, Soak: c.soak, Logger: log,
-		GossipProfile: c.gossipProfile, IdleTraffic: c.idleTraffic, IdleSettle: c.idleSettle,
+		GossipProfile: c.gossipProfile, IdleTraffic: c.idleTraffic, IdleSettle: c.idleSettle, IdleCPU: c.idleCPU,
 		AgentProcs: c.agentProcs, CPULoad: c.cpuLoad, RolloutUnreachable: c.unreachable, UnreachableBlocks: c.unreachableBlocks}
 	if c.agentProcs > 0 || c.cpuLoad > 0 {
 		self, err := os.Executable()
@@ -119,6 +130,15 @@ func (c *benchFleetCommand) Run(ctx context.Context, std IO) error {
 			cmd.Stderr = std.Err
 			return cmd
 		}
+	}
+	if c.idleCPUProfile != "" {
+		// The child writes it: give it a path that does not depend on its
+		// working directory.
+		p, err := filepath.Abs(c.idleCPUProfile)
+		if err != nil {
+			return fmt.Errorf("idle cpu profile: %w", err)
+		}
+		cfg.IdleCPUProfile = p
 	}
 	if c.memProfile != "" {
 		f, err := os.Create(c.memProfile)
@@ -251,6 +271,12 @@ func printFleet(out io.Writer, r *bench.Result) {
 		f("idle_gossip_bytes_per_s_out", r.IdleGossipBytesPerSOut, fmt.Sprintf("B/s (%.2f UDP datagrams/s)", r.IdleGossipPacketsPerSOut))
 		fmt.Fprintf(tw, "idle_gossip_stream_bytes_per_s\t%.1f / %.1f\tB/s in / out of the gossip figures over TCP (push/pull state exchanges); the rest is UDP (probes)\n",
 			r.IdleGossipStreamBytesPerSIn, r.IdleGossipStreamBytesPerSOut)
+	}
+	if r.IdleCPUS > 0 {
+		fmt.Fprintf(tw, "idle cpu\tper agent\tover %.0f s, gossip profile %s, load average then %s\n", r.IdleCPUS, orNone(r.GossipProfile), r.IdleLoadAvg)
+		f("idle_cpu_ms_per_s", r.IdleCPUMsPerS, fmt.Sprintf("ms of CPU per second (busiest process %.2f)", r.IdleCPUMsPerSMax))
+		f("idle_wakeups_per_s", r.IdleWakeupsPerS, fmt.Sprintf("context switches per second (%.1f voluntary, %.1f involuntary)", r.IdleVoluntaryPerS, r.IdleInvoluntaryPerS))
+		f("idle_server_cpu_ms_per_s", r.IdleServerCPUMsPerS, "ms of CPU per second (this process: server + harness)")
 	}
 	f("detect_s", r.DetectS, "s (node killed → Node Ready≠True)")
 	f("detect_member_s", r.DetectMemberS, "s (node killed → the server's gossip member lists it dead)")

@@ -38,3 +38,20 @@ func TestBenchFleetRejectsNegativeProcs(t *testing.T) {
 		t.Errorf("bench fleet --agent-procs -1: %v", err)
 	}
 }
+
+func TestBenchFleetIdleCPUFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--idle-cpu", "30s"}, "--idle-cpu needs the agents in child processes"},
+		{[]string{"--agent-procs", "2", "--idle-cpu", "-1s"}, "--idle-cpu must not be negative"},
+		{[]string{"--agent-procs", "2", "--idle-cpuprofile", "a.pprof"}, "--idle-cpuprofile needs --idle-cpu"},
+	} {
+		var out, errOut bytes.Buffer
+		err := NewMain().Run(context.Background(), append([]string{"bench", "fleet"}, tc.args...), strings.NewReader(""), &out, &errOut)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("bench fleet %v: %v, want an error saying %q", tc.args, err, tc.want)
+		}
+	}
+}

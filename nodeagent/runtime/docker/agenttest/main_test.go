@@ -88,7 +88,7 @@ func nodePrefix() string { return "agenttest-" + engine.run + "-" }
 
 // node is one agent on the engine with its API.
 type node struct {
-	t    *testing.T
+	t    testing.TB
 	name string
 	api  *clientfake.Client
 	rt   *docker.Runtime
@@ -97,7 +97,7 @@ type node struct {
 
 // newNode makes a node name unique to this run and removes every container
 // of it when the test ends.
-func newNode(t *testing.T, name string, api *clientfake.Client) *node {
+func newNode(t testing.TB, name string, api *clientfake.Client) *node {
 	t.Helper()
 	if engine.cli == nil {
 		t.Skip("SKIP: no Docker engine: " + engine.skipWhy)
