@@ -21,7 +21,7 @@ VERSION  ?= $(shell git describe --tags --match 'v*' --dirty 2>/dev/null || echo
 # PLATFORMS are GOOS/GOARCH[/GOARM] triples; the binary is named after GOARCH
 # (arm/7 is armv7).
 PLATFORMS ?= linux/amd64 linux/arm64 linux/arm/7 linux/riscv64
-VERSION_FLAG = -X github.com/everynode/everynode/cmd/everynode/internal/cli.stampedVersion=$(VERSION)
+VERSION_FLAG = -X github.com/everynode/everynode/internal/version.stamped=$(VERSION)
 
 .PHONY: all build test lint fuzz bench bench-api release clean
 
