@@ -1,11 +1,13 @@
 # everynode — build, test and measure.
 #
-#   make build   one static binary in bin/everynode
+#   make build   the static binaries bin/everynode (server, agent, client) and
+#                bin/everynode-agent (the agent alone, for nodes)
 #   make test    the whole test suite with the race detector (what CI runs)
 #   make lint    go vet and a gofmt check
 #   make fuzz    each fuzz target for FUZZTIME (default 60s)
 #   make release stripped static binaries for every board in dist/ (amd64,
-#                arm64, armv7, riscv64), VERSION stamped, plus dist/SHA256SUMS
+#                arm64, armv7, riscv64): everynode-<os>-<arch> and
+#                everynode-agent-<os>-<arch>, VERSION stamped, plus dist/SHA256SUMS
 #   make bench   all benchmarks: bench-api (go test -bench of the store and the
 #                API, output in bench.out; figures in docs/benchmarks-api.md) and
 #                bench-fleet (simulated fleets of 100 and 1,000 nodes, BIG=1 adds
@@ -13,6 +15,7 @@
 
 GO       ?= go
 BIN      ?= bin/everynode
+AGENT_BIN ?= bin/everynode-agent
 FUZZTIME ?= 60s
 PKGS     ?= ./...
 DIST     ?= dist
@@ -29,6 +32,7 @@ all: lint build test
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(BIN) ./cmd/everynode
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(AGENT_BIN) ./cmd/everynode-agent
 
 test:
 	$(GO) test -race -count=1 -timeout 30m $(PKGS)
@@ -54,9 +58,11 @@ release:
 	@set -e; for p in $(PLATFORMS); do \
 		os=$${p%%/*}; rest=$${p#*/}; arch=$${rest%%/*}; arm=; name=$$arch; \
 		if [ "$$arch" != "$$rest" ]; then arm=$${rest#*/}; name=$${arch}v$$arm; fi; \
-		out=$(DIST)/everynode-$$os-$$name; echo "build $$out ($(VERSION))"; \
-		CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch GOARM=$$arm $(GO) build -trimpath \
-			-ldflags='-s -w $(VERSION_FLAG)' -o $$out ./cmd/everynode; \
+		for cmd in everynode everynode-agent; do \
+			out=$(DIST)/$$cmd-$$os-$$name; echo "build $$out ($(VERSION))"; \
+			CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch GOARM=$$arm $(GO) build -trimpath \
+				-ldflags='-s -w $(VERSION_FLAG)' -o $$out ./cmd/$$cmd; \
+		done; \
 	done
 	@cd $(DIST) && sha256sum everynode-* > SHA256SUMS && cat SHA256SUMS
 
