@@ -2,7 +2,7 @@
 // "everynode agent", with the same flags, in a binary that links neither the
 // API server, etcd nor the controllers (internal/deps checks its import
 // graph), so an idle agent maps a fraction of the pages the full binary
-// does (docs/benchmarks.md, "Agent memory").
+// does (docs/agent.md, "Which binary" and "Footprint").
 //
 //	everynode-agent --server https://SERVER:6443 --token-file join-token [flags]
 //	everynode-agent agent --server ...     (the same: "everynode agent"'s command line)
