@@ -1,11 +1,13 @@
 # everynode — build, test and measure.
 #
-#   make build   one static binary in bin/everynode
+#   make build   the static binaries bin/everynode (server, agent, client) and
+#                bin/everynode-agent (the agent alone, for nodes)
 #   make test    the whole test suite with the race detector (what CI runs)
 #   make lint    go vet and a gofmt check
 #   make fuzz    each fuzz target for FUZZTIME (default 60s)
 #   make release stripped static binaries for every board in dist/ (amd64,
-#                arm64, armv7, riscv64), VERSION stamped, plus dist/SHA256SUMS
+#                arm64, armv7, riscv64): everynode-<os>-<arch> and
+#                everynode-agent-<os>-<arch>, VERSION stamped, plus dist/SHA256SUMS
 #   make bench   all benchmarks: bench-api (go test -bench of the store and the
 #                API, output in bench.out; figures in docs/benchmarks-api.md) and
 #                bench-fleet (simulated fleets of 100 and 1,000 nodes, BIG=1 adds
@@ -15,6 +17,7 @@
 
 GO       ?= go
 BIN      ?= bin/everynode
+AGENT_BIN ?= bin/everynode-agent
 FUZZTIME ?= 60s
 CHAOS_KILLS ?= 20
 PKGS     ?= ./...
@@ -24,7 +27,7 @@ VERSION  ?= $(shell git describe --tags --match 'v*' --dirty 2>/dev/null || echo
 # PLATFORMS are GOOS/GOARCH[/GOARM] triples; the binary is named after GOARCH
 # (arm/7 is armv7).
 PLATFORMS ?= linux/amd64 linux/arm64 linux/arm/7 linux/riscv64
-VERSION_FLAG = -X github.com/everynode/everynode/cmd/everynode/internal/cli.stampedVersion=$(VERSION)
+VERSION_FLAG = -X github.com/everynode/everynode/internal/version.stamped=$(VERSION)
 
 .PHONY: all build test lint fuzz bench bench-api release clean chaos
 
@@ -32,6 +35,7 @@ all: lint build test
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(BIN) ./cmd/everynode
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(AGENT_BIN) ./cmd/everynode-agent
 
 test:
 	$(GO) test -race -count=1 -timeout 30m $(PKGS)
@@ -62,9 +66,11 @@ release:
 	@set -e; for p in $(PLATFORMS); do \
 		os=$${p%%/*}; rest=$${p#*/}; arch=$${rest%%/*}; arm=; name=$$arch; \
 		if [ "$$arch" != "$$rest" ]; then arm=$${rest#*/}; name=$${arch}v$$arm; fi; \
-		out=$(DIST)/everynode-$$os-$$name; echo "build $$out ($(VERSION))"; \
-		CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch GOARM=$$arm $(GO) build -trimpath \
-			-ldflags='-s -w $(VERSION_FLAG)' -o $$out ./cmd/everynode; \
+		for cmd in everynode everynode-agent; do \
+			out=$(DIST)/$$cmd-$$os-$$name; echo "build $$out ($(VERSION))"; \
+			CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch GOARM=$$arm $(GO) build -trimpath \
+				-ldflags='-s -w $(VERSION_FLAG)' -o $$out ./cmd/$$cmd; \
+		done; \
 	done
 	@cd $(DIST) && sha256sum everynode-* > SHA256SUMS && cat SHA256SUMS
 

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sort"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -17,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/selection"
 
 	"github.com/everynode/everynode/resources"
+	"github.com/everynode/everynode/resources/nodelabels"
 )
 
 // Node identities, as package pki's AuthenticateToken returns them.
@@ -182,7 +182,7 @@ func admitNodeName(node string, a Attributes) error {
 	if obj.Spec.ConfigSource != nil {
 		return admissionForbidden(a, fmt.Sprintf("node %q is not allowed to create pods with a non-nil configSource", node))
 	}
-	if bad := forbiddenNodeLabels(modifiedLabels(obj.Labels, nil)); len(bad) > 0 {
+	if bad := nodelabels.ForbiddenOf(obj.Labels); len(bad) > 0 {
 		return admissionForbidden(a, fmt.Sprintf("node %q is not allowed to set the following labels: %s", node, strings.Join(bad, ", ")))
 	}
 	return nil
@@ -401,79 +401,17 @@ func (n *NodeRestriction) AdmitUpdate(_ context.Context, a Attributes, old resou
 		if !apiequality.Semantic.DeepEqual(newNode.Spec.Taints, oldNode.Spec.Taints) {
 			return admissionForbidden(a, fmt.Sprintf("node %q is not allowed to modify taints", node))
 		}
-		if bad := forbiddenNodeLabels(modifiedLabels(newNode.Labels, oldNode.Labels)); len(bad) > 0 {
+		if bad := nodelabels.Forbidden(nodelabels.Modified(newNode.Labels, oldNode.Labels)); len(bad) > 0 {
 			return admissionForbidden(a, "is not allowed to modify labels: "+strings.Join(bad, ", "))
 		}
 	}
 	return nil
 }
 
-// modifiedLabels are the keys whose presence or value differs between a and b.
-func modifiedLabels(a, b map[string]string) []string {
-	var keys []string
-	for k, v := range a {
-		if w, ok := b[k]; !ok || v != w {
-			keys = append(keys, k)
-		}
-	}
-	for k, v := range b {
-		if w, ok := a[k]; !ok || v != w {
-			keys = append(keys, k)
-		}
-	}
-	sort.Strings(keys)
-	return slices.Compact(keys)
-}
-
-// forbiddenNodeLabels are the keys a node may not add, change or remove:
-// node-restriction.kubernetes.io/ ones, and kubernetes.io and k8s.io ones
-// that are not kubelet's (kubeletLabel), as NodeRestriction decides. node-role labels
-// fall under the second rule.
-func forbiddenNodeLabels(keys []string) []string {
-	var bad []string
-	for _, k := range keys {
-		ns, _, found := strings.Cut(k, "/")
-		if !found {
-			continue
-		}
-		restricted := ns == corev1.LabelNamespaceNodeRestriction || strings.HasSuffix(ns, "."+corev1.LabelNamespaceNodeRestriction)
-		kube := ns == "kubernetes.io" || strings.HasSuffix(ns, ".kubernetes.io") || ns == "k8s.io" || strings.HasSuffix(ns, ".k8s.io")
-		if restricted || (kube && !kubeletLabel(k, ns)) {
-			bad = append(bad, k)
-		}
-	}
-	return bad
-}
-
-// kubeletLabels are the kubernetes.io labels a kubelet may set on its own
-// Node, and kubeletLabelNamespaces the label namespaces (with their
-// subdomains) it may use: k8s.io/kubelet/pkg/apis' KubeletLabels and
-// KubeletLabelNamespaces.
-var (
-	kubeletLabels = []string{
-		corev1.LabelHostname, corev1.LabelTopologyZone, corev1.LabelTopologyRegion,
-		corev1.LabelFailureDomainBetaZone, corev1.LabelFailureDomainBetaRegion,
-		corev1.LabelInstanceType, corev1.LabelInstanceTypeStable, corev1.LabelOSStable, corev1.LabelArchStable,
-		"beta.kubernetes.io/os", "beta.kubernetes.io/arch",
-	}
-	kubeletLabelNamespaces = []string{corev1.LabelNamespaceSuffixKubelet, corev1.LabelNamespaceSuffixNode}
-)
-
-// kubeletLabel reports whether the label key (of namespace ns) is one a
-// kubelet may set on its own Node.
-func kubeletLabel(key, ns string) bool {
-	if slices.Contains(kubeletLabels, key) {
-		return true
-	}
-	return slices.ContainsFunc(kubeletLabelNamespaces, func(allowed string) bool {
-		return ns == allowed || strings.HasSuffix(ns, "."+allowed)
-	})
-}
-
 // ForbiddenNodeLabels returns the label keys of labels a node may not set
 // on itself (sorted), for agents to refuse such --labels before they try.
 func ForbiddenNodeLabels(labels map[string]string) []string {
-	return forbiddenNodeLabels(modifiedLabels(labels, nil))
+	return nodelabels.ForbiddenOf(labels)
 }
 
 // singleName is the object a read names: its name, or for a list or watch

@@ -49,6 +49,10 @@
 #     single pool's. More children add runtimes without changing what the
 #     server sees.
 #
+# agent_rss_mb is one real agent process, idle: bin/everynode-agent, the lean
+# binary users install on nodes ("build" makes it; bench fleet picks the
+# everynode-agent next to $(BIN), else $(BIN) itself; --agent-binary overrides).
+#
 # Raw results stay in $(BENCH_OUT) (JSON: fleet-*.json, one per fleet size,
 # and soak-00100.json, which bench-fleet keeps).
 

@@ -288,10 +288,13 @@ type Result struct {
 	// AgentRSSMB is one agent process alone, idle (fake runtime).
 	AgentRSSMB float64 `json:"agent_rss_mb,omitempty"`
 	// AgentAnonMB is its anonymous memory (heap, stacks: its own) and
-	// AgentFileMB its resident pages of the executable (the one everynode
-	// binary, server included; shared with other processes running it).
+	// AgentFileMB its resident pages of the executable (shared with other
+	// processes running it).
 	AgentAnonMB float64 `json:"agent_anon_mb,omitempty"`
 	AgentFileMB float64 `json:"agent_file_mb,omitempty"`
+	// AgentBinary is the file name of the binary that agent process ran:
+	// everynode-agent (the lean agent users install on nodes) or everynode.
+	AgentBinary string `json:"agent_binary,omitempty"`
 
 	Notes []string `json:"notes,omitempty"`
 }

@@ -210,7 +210,13 @@ func Render(w io.Writer, rep Report) {
 	row("server alone, after the agents stopped: RSS / file-backed part / live Go heap (MiB; Nodes and pods still stored and cached)", "", "", func(r Result) string {
 		return fmt.Sprintf("%.0f / %.0f / %.0f", r.ServerAloneRSSMB, r.ServerAloneFileMB, r.ServerAloneHeapMB)
 	})
-	row("**agent_rss_mb** (one `everynode agent --runtime fake` process, idle)", "≤ 20 MiB", "k3s agent ~275 MB", num(func(r Result) float64 { return r.AgentRSSMB }, 1))
+	row("**agent_rss_mb** (one agent process with `--runtime fake`, idle)", "≤ 20 MiB", "k3s agent ~275 MB", num(func(r Result) float64 { return r.AgentRSSMB }, 1))
+	row("… the binary it ran", "", "", func(r Result) string {
+		if r.AgentRSSMB == 0 || r.AgentBinary == "" {
+			return "–"
+		}
+		return "`" + r.AgentBinary + "`"
+	})
 	row("… of which anonymous (heap, stacks) / executable pages (MiB)", "", "", func(r Result) string {
 		if r.AgentRSSMB == 0 {
 			return "–"
@@ -268,8 +274,8 @@ func Render(w io.Writer, rep Report) {
 				r.ServerAloneRSSMB, r.ServerAloneFileMB, r.ServerAloneHeapMB)
 		}
 		if r.AgentAnonMB > 0 && r.AgentRSSMB > 20 {
-			p("- agent_rss_mb (%d-node run): %.1f MiB of which %.1f MiB anonymous (the agent's own heap and stacks) and %.1f MiB resident pages of the shared executable.\n",
-				r.Nodes, r.AgentRSSMB, r.AgentAnonMB, r.AgentFileMB)
+			p("- agent_rss_mb (%d-node run, %s): %.1f MiB of which %.1f MiB anonymous (the agent's own heap and stacks) and %.1f MiB resident pages of the shared executable.\n",
+				r.Nodes, orDash(r.AgentBinary), r.AgentRSSMB, r.AgentAnonMB, r.AgentFileMB)
 		}
 	}
 	var notes []string
@@ -331,4 +337,12 @@ func contains(xs []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// orDash is s, or "–" when empty (results written before the field existed).
+func orDash(s string) string {
+	if s == "" {
+		return "–"
+	}
+	return s
 }

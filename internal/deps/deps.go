@@ -43,6 +43,23 @@ func Is(path string) func(string) bool {
 	return func(pkg string) bool { return pkg == path }
 }
 
+// Prefix matches the path and every path below it (prefix ends in "/").
+func Prefix(prefix string) func(string) bool {
+	return func(pkg string) bool { return pkg+"/" == prefix || strings.HasPrefix(pkg, prefix) }
+}
+
+// And matches what all of ms match.
+func And(ms ...func(string) bool) func(string) bool {
+	return func(pkg string) bool {
+		for _, m := range ms {
+			if !m(pkg) {
+				return false
+			}
+		}
+		return true
+	}
+}
+
 // Not matches what m does not.
 func Not(m func(string) bool) func(string) bool {
 	return func(pkg string) bool { return !m(pkg) }
@@ -63,6 +80,14 @@ func Any(ms ...func(string) bool) func(string) bool {
 // EtcdEmbed is etcd's embedded server.
 const EtcdEmbed = "go.etcd.io/etcd/server/v3/embed"
 
+// KubeletFieldPath and KubeletFormat are the two leaf packages of
+// k8s.io/kubernetes the node agent uses (downward API field paths, pod
+// names in messages): small, and free of the server's code.
+const (
+	KubeletFieldPath = "k8s.io/kubernetes/pkg/fieldpath"
+	KubeletFormat    = "k8s.io/kubernetes/pkg/kubelet/util/format"
+)
+
 // Rules are the repository's import rules: the layering the packages' doc
 // comments describe, made checkable.
 var Rules = []Rule{
@@ -73,6 +98,14 @@ var Rules = []Rule{
 	{
 		Name: "the agent's composition root links neither the API server nor the store",
 		From: Under("agent"), To: Any(Under("apiserver"), Under("store"), Is(EtcdEmbed)), Transitive: true,
+	},
+	{
+		Name: "the lean agent binary links no server code: neither the API server, the store, etcd, the controllers nor k8s.io/apiserver or k8s.io/kubernetes (but kubelet's two leaf helpers)",
+		From: Is(Module + "/cmd/everynode-agent"),
+		To: Any(Under("apiserver"), Under("store"), Under("server"), Under("controller"), Under("rollout"),
+			Under("cmd/everynode"), Prefix("go.etcd.io/etcd/server/"), Prefix("k8s.io/apiserver/"),
+			And(Prefix("k8s.io/kubernetes/"), Not(Any(Is(KubeletFieldPath), Is(KubeletFormat))))),
+		Transitive: true,
 	},
 	{
 		Name: "the CLI starts servers through server/, it does not open the store",

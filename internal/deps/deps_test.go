@@ -26,10 +26,14 @@ func TestRulesCatchViolations(t *testing.T) {
 		{ImportPath: m + "cmd/everynode", Imports: []string{m + "store"}},
 		{ImportPath: m + "controller/leader", Imports: []string{EtcdEmbed}},
 		{ImportPath: m + "internal/bench", Imports: []string{m + "store"}},
+		{ImportPath: m + "cmd/everynode-agent", Deps: []string{m + "agent", m + "server", "go.etcd.io/etcd/server/v3/etcdserver", "k8s.io/kubernetes/pkg/apis/core", KubeletFormat}},
 	}
 	want := []string{
 		m + "agent imports " + EtcdEmbed,
 		m + "agent imports " + m + "store",
+		m + "cmd/everynode-agent imports " + m + "server",
+		m + "cmd/everynode-agent imports go.etcd.io/etcd/server/v3/etcdserver",
+		m + "cmd/everynode-agent imports k8s.io/kubernetes/pkg/apis/core",
 		m + "cmd/everynode imports " + m + "store", // the CLI rule
 		m + "cmd/everynode imports " + m + "store", // only server/ opens the store
 		m + "cmd/everynode/internal/cli imports " + m + "store",
@@ -64,6 +68,8 @@ func TestRulesCatchViolations(t *testing.T) {
 		{ImportPath: m + "server", Imports: []string{m + "store", m + "apiserver"}},
 		{ImportPath: m + "store", Imports: []string{EtcdEmbed}},
 		{ImportPath: m + "store/internal/x", Imports: []string{EtcdEmbed}},
+		{ImportPath: m + "cmd/everynode-agent", Deps: []string{m + "agent", m + "cmd/internal/agentcmd", m + "nodeagent", m + "client",
+			"go.etcd.io/etcd/client/v3", KubeletFieldPath, KubeletFormat, "k8s.io/api/core/v1"}},
 	}
 	if v := Check(good, Rules); len(v) > 0 {
 		t.Errorf("violations in a graph that keeps the rules: %v", v)
@@ -113,7 +119,7 @@ func TestRepository(t *testing.T) {
 	for _, p := range pkgs {
 		seen[p.ImportPath] = true
 	}
-	for _, must := range []string{m + "server", m + "agent", m + "store", m + "controller", m + "nodeagent", m + "cmd/everynode/internal/cli"} {
+	for _, must := range []string{m + "server", m + "agent", m + "store", m + "controller", m + "nodeagent", m + "cmd/everynode/internal/cli", m + "cmd/everynode-agent"} {
 		if !seen[must] {
 			t.Errorf("go list did not list %s", must)
 		}

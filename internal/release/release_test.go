@@ -42,9 +42,10 @@ var boards = []board{
 
 const testVersion = "v9.8.7-releasetest"
 
-// TestReleaseBoards builds the arm64 and armv7 binaries with `make release`
-// and runs them under qemu-user: `version` prints the stamped version, and an
-// agent with the fake runtime joins an amd64 server and its Node turns Ready.
+// TestReleaseBoards builds the arm64 and armv7 binaries (everynode and the
+// lean everynode-agent) with `make release` and runs them under qemu-user:
+// `version` prints the stamped version, and an agent of each binary with the
+// fake runtime joins an amd64 server and its Node turns Ready.
 func TestReleaseBoards(t *testing.T) {
 	if testing.Short() {
 		t.Skip("cross-compiles everynode twice and runs it under qemu")
@@ -71,8 +72,8 @@ func TestReleaseBoards(t *testing.T) {
 		t.Fatalf("make release: %v\n%s", err, out)
 	}
 	sums := readSums(t, filepath.Join(dist, "SHA256SUMS"))
-	if len(sums) != len(boards) {
-		t.Errorf("SHA256SUMS lists %d files, want %d: %v", len(sums), len(boards), sums)
+	if len(sums) != 2*len(boards) {
+		t.Errorf("SHA256SUMS lists %d files, want %d (everynode and everynode-agent per board): %v", len(sums), 2*len(boards), sums)
 	}
 
 	srv := startServer(t)
@@ -84,7 +85,16 @@ func TestReleaseBoards(t *testing.T) {
 			if err != nil || strings.TrimSpace(string(out)) != "Client Version: "+testVersion {
 				t.Fatalf("%s version --client: %v\n%s", b.binary, err, out)
 			}
-			joinAgent(t, srv, b, bin)
+			joinAgent(t, srv, b, bin, strings.TrimPrefix(b.binary, "everynode-linux-"))
+
+			lean := "everynode-agent-linux-" + strings.TrimPrefix(b.binary, "everynode-linux-")
+			leanBin := filepath.Join(dist, lean)
+			checkBinary(t, leanBin, board{b.platform, lean, b.qemu, b.machine, b.class}, sums[lean])
+			out, err = exec.Command(b.qemu, leanBin, "version").CombinedOutput()
+			if err != nil || strings.TrimSpace(string(out)) != "everynode-agent version "+testVersion {
+				t.Fatalf("%s version: %v\n%s", lean, err, out)
+			}
+			joinAgent(t, srv, b, leanBin, "lean-"+strings.TrimPrefix(b.binary, "everynode-linux-"))
 		})
 	}
 }
@@ -155,11 +165,11 @@ func startServer(t *testing.T) *server.Server {
 	return s
 }
 
-// joinAgent runs the board's binary as an agent with the fake runtime and
-// waits for its Node to be Ready; then stops it with SIGTERM.
-func joinAgent(t *testing.T, srv *server.Server, b board, bin string) {
+// joinAgent runs bin, a binary of board b, as an agent ("bin agent ...",
+// which both everynode and everynode-agent take) named name with the fake
+// runtime and waits for its Node to be Ready; then stops it with SIGTERM.
+func joinAgent(t *testing.T, srv *server.Server, b board, bin, name string) {
 	t.Helper()
-	name := strings.TrimPrefix(b.binary, "everynode-linux-")
 	var log testkit.Buffer
 	cmd := exec.Command(b.qemu, bin, "agent", "--server", srv.URL(), "--name", name,
 		"--runtime", "fake", "--data-dir", t.TempDir(), "--gossip", "127.0.0.1:0", "--gossip-profile", "local",
@@ -178,7 +188,7 @@ func joinAgent(t *testing.T, srv *server.Server, b board, bin string) {
 		case <-time.After(30 * time.Second):
 			_ = cmd.Process.Kill()
 			<-exited
-			t.Errorf("%s agent did not stop within 30s of SIGTERM", b.binary)
+			t.Errorf("%s agent did not stop within 30s of SIGTERM", bin)
 		}
 	}()
 	ctx := context.Background()
@@ -186,7 +196,7 @@ func joinAgent(t *testing.T, srv *server.Server, b board, bin string) {
 		select {
 		case err := <-exited:
 			exited <- err
-			t.Fatalf("%s agent exited: %v\n%s", b.binary, err, log.String())
+			t.Fatalf("%s agent exited: %v\n%s", bin, err, log.String())
 		default:
 		}
 		obj, err := srv.Admin().Get(ctx, resources.Nodes, "", name)

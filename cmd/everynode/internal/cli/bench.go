@@ -48,7 +48,7 @@ func (c *benchFleetCommand) flags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured phases (convergence, rollout, detect) to FILE")
 	fs.StringVar(&c.memProfile, "memprofile", "", "write a heap profile of the server alone (after the agents stopped) to FILE")
 	fs.StringVar(&c.logLevel, "log-level", "warn", "log level: debug, info, warn or error")
-	fs.StringVar(&c.agentBin, "agent-binary", "", "everynode binary run as the separate agent process (default: this one; \"none\" skips agent_rss_mb)")
+	fs.StringVar(&c.agentBin, "agent-binary", "", "binary run as the separate agent process (default: everynode-agent next to this binary, else this one; \"none\" skips agent_rss_mb)")
 	fs.DurationVar(&c.soak, "soak", 0, "keep the fleet running this long after the timed phases, counting false NotReady")
 	fs.DurationVar(&c.idle, "agent-idle", bench.DefaultAgentIdle, "how long the separate agent process idles before its RSS is read")
 	fs.IntVar(&c.agentProcs, "agent-procs", 0, "run the simulated agents in K child processes (0: in this process, for profiling), so server_rss_mb is the server's own")
@@ -114,16 +114,19 @@ func (c *benchFleetCommand) Run(ctx context.Context, std IO) error {
 			return cmd
 		}
 	}
-	if agentBin := c.agentBin; agentBin != "none" {
+	agentBin := c.agentBin
+	if agentBin != "none" {
 		if agentBin == "" {
-			var err error
-			if agentBin, err = os.Executable(); err != nil {
+			self, err := os.Executable()
+			if err != nil {
 				return fmt.Errorf("find this binary: %w", err)
 			}
+			agentBin = defaultAgentBinary(self)
 		}
 		cfg.AgentProcess = func(ctx context.Context, t bench.AgentTarget) *exec.Cmd {
-			// The real "everynode agent" with the fake runtime, joined with
-			// the join token like any agent.
+			// The real agent with the fake runtime, joined with the join
+			// token like any agent; "agent" is the command line of both
+			// "everynode agent" and everynode-agent.
 			cmd := exec.CommandContext(ctx, agentBin, "agent", "--server", t.Server, "--token", t.JoinToken,
 				"--name", t.NodeName, "--data-dir", t.DataDir, "--runtime", "fake",
 				"--gossip", "127.0.0.1:0", "--gossip-profile", "lan", "--log-listen", "127.0.0.1:0", "--log-level", "warn")
@@ -176,6 +179,9 @@ func (c *benchFleetCommand) Run(ctx context.Context, std IO) error {
 	if err != nil {
 		return err
 	}
+	if res.AgentRSSMB > 0 {
+		res.AgentBinary = filepath.Base(agentBin)
+	}
 	if c.asJSON {
 		enc := json.NewEncoder(std.Out)
 		enc.SetIndent("", "  ")
@@ -183,6 +189,21 @@ func (c *benchFleetCommand) Run(ctx context.Context, std IO) error {
 	}
 	printFleet(std.Out, res)
 	return nil
+}
+
+// leanAgentBinary is the lean agent's file name (cmd/everynode-agent), which
+// make build and make release put next to everynode.
+const leanAgentBinary = "everynode-agent"
+
+// defaultAgentBinary is the binary bench fleet measures as the agent: the
+// one users install on nodes, everynode-agent next to self (the everynode
+// binary), else self.
+func defaultAgentBinary(self string) string {
+	lean := filepath.Join(filepath.Dir(self), leanAgentBinary)
+	if fi, err := os.Stat(lean); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+		return lean
+	}
+	return self
 }
 
 // benchAgentsCommand is the hidden "bench agents": it serves the control
@@ -299,7 +320,7 @@ func printFleet(out io.Writer, r *bench.Result) {
 	f("server_alone_rss_mb", r.ServerAloneRSSMB, "MiB after the agents stopped (objects still cached; lower bound)")
 	f("server_alone_file_mb", r.ServerAloneFileMB, "MiB of it file-backed (executable, etcd's mmap)")
 	f("server_alone_heap_mb", r.ServerAloneHeapMB, "MiB live Go heap then")
-	f("agent_rss_mb", r.AgentRSSMB, "MiB (one agent process, idle)")
+	f("agent_rss_mb", r.AgentRSSMB, "MiB (one agent process, idle: "+r.AgentBinary+")")
 	f("agent_anon_mb", r.AgentAnonMB, "MiB of it anonymous (heap, stacks)")
 	f("agent_file_mb", r.AgentFileMB, "MiB of it executable pages (shared)")
 	tw.Flush()

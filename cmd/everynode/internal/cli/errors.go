@@ -6,65 +6,30 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"strings"
 	"syscall"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/everynode/everynode/cmd/internal/agentcmd"
 )
 
 // FixError is a failure with the action that fixes it; it prints as
-// "<cause>; <fix>".
-type FixError struct {
-	Cause error
-	Fix   string
-}
+// "<cause>; <fix>" (package agentcmd, which the lean agent binary shares).
+type FixError = agentcmd.FixError
 
-func (e *FixError) Error() string {
-	if e.Fix == "" {
-		return e.Cause.Error()
-	}
-	return e.Cause.Error() + "; " + e.Fix
-}
+func withFix(err error, fix string) error { return agentcmd.WithFix(err, fix) }
 
-func (e *FixError) Unwrap() error { return e.Cause }
-
-func withFix(err error, fix string) error { return &FixError{Cause: err, Fix: fix} }
-
-func usageError(msg, fix string) error { return withFix(errors.New(msg), fix) }
+func usageError(msg, fix string) error { return agentcmd.UsageError(msg, fix) }
 
 // parseLogLevel reads a --log-level value.
-func parseLogLevel(s string) (slog.Level, error) {
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(s)); err != nil {
-		return 0, usageError(fmt.Sprintf("invalid --log-level %q", s), "use debug, info, warn or error")
-	}
-	return level, nil
-}
+func parseLogLevel(s string) (slog.Level, error) { return agentcmd.ParseLogLevel(s) }
 
 // FormatError renders err as the single line the command prints on stderr:
 // API errors as kubectl does ("Error from server (NotFound): ..."), anything
 // else as "error: <cause>; <fix>".
-func FormatError(err error) string {
-	var line string
-	var se apierrors.APIStatus
-	if errors.As(err, &se) && !isFix(err) {
-		st := se.Status()
-		if st.Reason != "" && st.Reason != metav1.StatusReasonUnknown {
-			line = fmt.Sprintf("Error from server (%s): %s", st.Reason, st.Message)
-		} else {
-			line = "Error from server: " + st.Message
-		}
-	} else {
-		line = "error: " + err.Error()
-	}
-	return strings.Join(strings.Fields(strings.ReplaceAll(line, "\n", " ")), " ")
-}
+func FormatError(err error) string { return agentcmd.FormatError(err) }
 
-func isFix(err error) bool {
-	var fe *FixError
-	return errors.As(err, &fe)
-}
+func isFix(err error) bool { return agentcmd.IsFix(err) }
 
 // explainTransport adds the fix to a failure to reach the server.
 func explainTransport(err error, server string) error {

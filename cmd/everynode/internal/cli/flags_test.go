@@ -71,7 +71,7 @@ type flagCase struct {
 // agentFlagCases are the node agent's flags, shared by server and agent.
 func agentFlagCases(path string) []flagCase {
 	return []flagCase{
-		{path, "name", "", "", "--name n1", "agent.name", "n1"},
+		{path, "name", "", "", "--name n1", "agent.Name", "n1"},
 		{path, "labels", "", "", "--labels a=b", "agent.labels", "a=b"},
 		{path, "taints", "", "", "--taints k:NoSchedule", "agent.taints", "k:NoSchedule"},
 		{path, "runtime", "", "docker", "--runtime fake", "agent.runtime", "fake"},

@@ -10,13 +10,13 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"runtime/debug"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/everynode/everynode/internal/version"
 	"github.com/everynode/everynode/resources"
 )
 
@@ -317,18 +317,6 @@ func (m *Main) now() time.Time {
 	return time.Now()
 }
 
-// stampedVersion is set at link time by `make release`
-// (-X …/cli.stampedVersion=v1.2.3); it is empty in other builds.
-var stampedVersion string
-
-// Version is everynode's version: the one `make release` stamped, else the
-// one the Go toolchain recorded.
-func Version() string {
-	if stampedVersion != "" {
-		return stampedVersion
-	}
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		return bi.Main.Version
-	}
-	return "v0.0.0-dev"
-}
+// Version is everynode's version (package version): the one `make release`
+// stamped, else the one the Go toolchain recorded.
+func Version() string { return version.Get() }

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/everynode/everynode/client"
+	"github.com/everynode/everynode/cmd/internal/agentcmd"
 	"github.com/everynode/everynode/server"
 )
 
@@ -74,7 +75,7 @@ func (c *ServerCommand) flags(fs *pflag.FlagSet) {
 	fs.IntVar(&c.peerPort, "etcd-peer-port", server.DefaultPeerPort, "etcd peer port (mutual TLS) of a clustered server")
 	fs.DurationVar(&c.snapEvery, "snapshot-interval", 0, "save an etcd snapshot into DATA_DIR/snapshots this often (e.g. 6h); 0: none")
 	fs.IntVar(&c.snapKeep, "snapshot-retention", server.DefaultSnapshotRetention, "how many scheduled snapshots to keep")
-	c.agent.register(fs, "gossip (memberlist) bind address host:port, UDP and TCP; agents learn it when they join; port 0 picks a free one")
+	c.agent.Register(fs, "gossip (memberlist) bind address host:port, UDP and TCP; agents learn it when they join; port 0 picks a free one")
 }
 
 func (c *ServerCommand) complete(pos []string) error {
@@ -113,18 +114,10 @@ func (c *ServerCommand) complete(pos []string) error {
 	if c.advertise != "" && net.ParseIP(c.advertise) == nil {
 		return usageError(fmt.Sprintf("invalid --advertise-address %q", c.advertise), "give an IP address")
 	}
-	return c.agent.check()
+	return c.agent.Check()
 }
 
-func splitList(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
-}
+func splitList(s string) []string { return agentcmd.SplitList(s) }
 
 // Run starts the server (server.Start documents the order of its steps),
 // prints the welcome text and blocks until ctx ends; then it closes the
@@ -134,9 +127,9 @@ func (c *ServerCommand) Run(ctx context.Context, std IO) error {
 	log := slog.New(slog.NewTextHandler(std.Err, &slog.HandlerOptions{Level: c.level}))
 	cfg := server.Config{
 		DataDir: c.dataDir, Listen: c.listen, EtcdEndpoints: splitList(c.endpoints), TLSSANs: splitList(c.tlsSANs),
-		EventTTL: c.eventTTL, UnreachableGrace: c.grace, Logger: log, Gossip: c.agent.gossipOptions(), UserAgent: "everynode-agent/" + Version(),
+		EventTTL: c.eventTTL, UnreachableGrace: c.grace, Logger: log, Gossip: c.agent.GossipOptions(), UserAgent: "everynode-agent/" + Version(),
 		ClusterInit: c.clusterInit, JoinURL: c.joinURL, AdvertiseAddress: c.advertise, PeerPort: c.peerPort,
-		ServerName: strings.ToLower(c.agent.name), SnapshotInterval: c.snapEvery, SnapshotRetention: c.snapKeep,
+		ServerName: strings.ToLower(c.agent.Name), SnapshotInterval: c.snapEvery, SnapshotRetention: c.snapKeep,
 		AuditLog: c.auditLog, AuditLogMaxSize: c.auditMaxSize, AuditLogMaxBackups: c.auditMaxBackups,
 	}
 	if c.joinURL != "" {
@@ -147,11 +140,11 @@ func (c *ServerCommand) Run(ctx context.Context, std IO) error {
 		cfg.JoinToken = token
 	}
 	if !c.noAgent {
-		node, err := c.agent.nodeName()
+		node, err := c.agent.NodeName()
 		if err != nil {
 			return err
 		}
-		opts := c.agent.nodeOptions(node)
+		opts := c.agent.NodeOptions(node)
 		cfg.Agent = &opts
 	}
 	s, err := server.Start(ctx, cfg)

@@ -7,7 +7,6 @@ import (
 	"encoding/pem"
 	"fmt"
 	"math/big"
-	"os"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -22,6 +21,7 @@ import (
 	"github.com/everynode/everynode/apiserver"
 	"github.com/everynode/everynode/apiserver/pki"
 	"github.com/everynode/everynode/client"
+	"github.com/everynode/everynode/cmd/internal/agentcmd"
 	"github.com/everynode/everynode/resources"
 )
 
@@ -285,14 +285,4 @@ func randomString(n int) (string, error) {
 }
 
 // readTokenFile reads a join token from a file (--token-file).
-func readTokenFile(path string) (string, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", usageError(fmt.Sprintf("cannot read --token-file: %v", err), "copy the server's join-token file (in its data dir) here")
-	}
-	t := strings.TrimSpace(string(b))
-	if t == "" {
-		return "", usageError(fmt.Sprintf("--token-file %s is empty", path), "copy the server's join-token file (in its data dir) here")
-	}
-	return t, nil
-}
+func readTokenFile(path string) (string, error) { return agentcmd.ReadTokenFile(path) }

@@ -1,21 +1,23 @@
-package cli
+package agentcmd
 
 import (
 	"os"
+
+	"github.com/spf13/pflag"
 	"path/filepath"
 	"strings"
 	"testing"
 )
 
 func TestParseAgent(t *testing.T) {
-	c := &AgentCommand{}
+	c := &Command{}
 	err := parse(c, strings.Fields("--server https://10.0.0.1:6443 --token K10x --name edge-1 --labels zone=edge,disk=ssd "+
 		"--taints dedicated=edge:NoSchedule,gpu:NoExecute --runtime fake --data-dir /d --gossip 127.0.0.1:0 --gossip-profile wan "+
 		"--fake-images busybox,app:v2 --fake-unpullable broken* --log-listen 127.0.0.1:0 --leave-on-stop=false"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.server != "https://10.0.0.1:6443" || c.agent.name != "edge-1" || c.agent.labelMap["disk"] != "ssd" || len(c.agent.taintSet) != 2 ||
+	if c.server != "https://10.0.0.1:6443" || c.agent.Name != "edge-1" || c.agent.labelMap["disk"] != "ssd" || len(c.agent.taintSet) != 2 ||
 		c.agent.runtime != "fake" || c.agent.gossipProfile != "wan" || c.agent.leaveOnStop || c.dataDir != "/d" {
 		t.Fatalf("parsed %+v", c)
 	}
@@ -37,7 +39,7 @@ func TestParseAgent(t *testing.T) {
 		base + "--name Edge_1":                                   "invalid --name",
 		base + "extra":                                           "unexpected arguments",
 	} {
-		err := parse(&AgentCommand{}, strings.Fields(args))
+		err := parse(&Command{}, strings.Fields(args))
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: err = %v, want %q", args, err, want)
 		}
@@ -51,15 +53,15 @@ func TestAgentTokenSources(t *testing.T) {
 	if err := os.WriteFile(file, []byte("K10file\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	env := &Main{Getenv: func(k string) string {
+	env := func(k string) string {
 		if k == TokenEnv {
 			return " K10env\n"
 		}
 		return ""
-	}}
+	}
 	for _, tt := range []struct {
 		args   string
-		main   *Main
+		getenv func(string) string
 		want   string
 		onArgv bool
 	}{
@@ -67,17 +69,27 @@ func TestAgentTokenSources(t *testing.T) {
 		{"--token-file " + file, env, "K10file", false},
 		{"", env, "K10env", false},
 	} {
-		c := &AgentCommand{main: tt.main}
+		c := &Command{Getenv: tt.getenv}
 		if err := parse(c, strings.Fields("--server https://s:6443 "+tt.args)); err != nil {
 			t.Fatalf("%q: %v", tt.args, err)
 		}
-		got, err := c.joinToken()
+		got, err := c.JoinToken()
 		if err != nil || got != tt.want || c.tokenOnArgv != tt.onArgv {
 			t.Errorf("%q: token %q (%v) onArgv %v, want %q %v", tt.args, got, err, c.tokenOnArgv, tt.want, tt.onArgv)
 		}
 	}
-	c := &AgentCommand{tokenFile: filepath.Join(t.TempDir(), "missing")}
-	if _, err := c.joinToken(); err == nil || !strings.Contains(err.Error(), "cannot read --token-file") {
+	c := &Command{tokenFile: filepath.Join(t.TempDir(), "missing")}
+	if _, err := c.JoinToken(); err == nil || !strings.Contains(err.Error(), "cannot read --token-file") {
 		t.Errorf("missing token file: %v", err)
 	}
+}
+
+// parse parses args as the agent's command line and checks them.
+func parse(c *Command, args []string) error {
+	fs := pflag.NewFlagSet("agent", pflag.ContinueOnError)
+	c.Flags(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	return c.Complete(fs.Args())
 }
