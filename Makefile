@@ -37,8 +37,19 @@ build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(BIN) ./cmd/everynode
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(AGENT_BIN) ./cmd/everynode-agent
 
-test:
-	$(GO) test -race -count=1 -timeout 30m $(PKGS)
+# The tests drive the Helm release users have (integration's TestHelmChart);
+# it is built once here, before the tests start, so that building it is not
+# timed against a loaded machine's test run.
+HELM_VERSION ?= v3.22.0
+TOOLS        ?= $(CURDIR)/bin/tools
+
+test: $(TOOLS)/helm-$(HELM_VERSION)
+	EVERYNODE_HELM=$(TOOLS)/helm-$(HELM_VERSION) $(GO) test -race -count=1 -timeout 30m $(PKGS)
+
+$(TOOLS)/helm-$(HELM_VERSION):
+	@mkdir -p $(TOOLS)/helm-build
+	cd $(TOOLS)/helm-build && GOBIN=$(TOOLS)/helm-build CGO_ENABLED=0 GOFLAGS= $(GO) install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+	mv $(TOOLS)/helm-build/helm $@
 
 lint:
 	$(GO) vet $(PKGS)

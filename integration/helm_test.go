@@ -148,10 +148,20 @@ func waitDaemonSetReady(t *testing.T, c *cluster, namespace, name string, n int3
 	return hash
 }
 
-// buildHelm builds the Helm CLI with go install, once per machine (kept in
-// the user cache dir), as a user would get it.
+// buildHelm returns the Helm CLI: EVERYNODE_HELM, which make test builds,
+// or else one built here with go install, once per machine (kept in the
+// user cache dir), as a user would get it.
 func buildHelm(t *testing.T) string {
 	t.Helper()
+	if bin := os.Getenv("EVERYNODE_HELM"); bin != "" {
+		// make test builds it before the tests start; check it is the release
+		// this test is written for.
+		out, err := exec.Command("go", "version", "-m", bin).CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "\tmod\thelm.sh/helm/v3\t"+helmVersion+"\t") {
+			t.Fatalf("EVERYNODE_HELM=%s: %q (%v), want Helm %s: run make test, or unset EVERYNODE_HELM to build it here", bin, out, err, helmVersion)
+		}
+		return bin
+	}
 	cache, err := os.UserCacheDir()
 	if err != nil {
 		cache = os.TempDir()
