@@ -76,6 +76,8 @@ export async function lines(path, signal, onLine) {
 
 // Mirror keeps every object of one kind: a list, then one watch stream
 // from its resourceVersion, listed again when the watch ends or expires.
+// onChange(null) follows a list; onChange(prev, next) an event (prev
+// undefined for a new object, next undefined for a deleted one).
 export class Mirror {
   constructor(path, onChange, onError) {
     this.path = path; this.onChange = onChange; this.onError = onError;
@@ -89,7 +91,7 @@ export class Mirror {
         const list = await get(this.path);
         this.items = new Map(list.items.map((o) => [this.key(o), o]));
         this.synced = true;
-        this.onChange();
+        this.onChange(null);
         const sep = this.path.includes('?') ? '&' : '?';
         let rv = list.metadata.resourceVersion;
         let expired = false;
@@ -97,9 +99,11 @@ export class Mirror {
           const ev = JSON.parse(line);
           if (ev.type === 'ERROR') { expired = true; return; }
           if (ev.type === 'BOOKMARK') return;
-          if (ev.type === 'DELETED') this.items.delete(this.key(ev.object));
-          else this.items.set(this.key(ev.object), ev.object);
-          this.onChange();
+          const k = this.key(ev.object);
+          const prev = this.items.get(k);
+          if (ev.type === 'DELETED') this.items.delete(k);
+          else this.items.set(k, ev.object);
+          this.onChange(prev, ev.type === 'DELETED' ? undefined : ev.object);
         });
         if (expired) continue;
       } catch (e) {

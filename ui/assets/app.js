@@ -32,13 +32,62 @@ function toLogin(msg = '') {
 async function start(user) {
   $('who').textContent = `signed in as ${user}`;
   $('login').hidden = true; $('fleet').hidden = false; $('logout').hidden = false;
-  const change = () => schedule();
-  fleet.nodes = new api.Mirror('/api/v1/nodes', change, showError);
-  fleet.dss = new api.Mirror('/apis/apps/v1/daemonsets', change, showError);
-  fleet.pods = new api.Mirror('/api/v1/pods', change, showError);
+  fleet.nodes = new api.Mirror('/api/v1/nodes', nodeChanged, showError);
+  fleet.dss = new api.Mirror('/apis/apps/v1/daemonsets', dsChanged, showError);
+  fleet.pods = new api.Mirror('/api/v1/pods', podChanged, showError);
   fleet.mirrors = [fleet.nodes, fleet.dss, fleet.pods];
   for (const m of fleet.mirrors) m.run();
   $('grid').focus();
+}
+
+// What the next frame recomputes: everything (full), or only the rows of
+// the nodes whose node or pods changed (dirty). During a rollout the watch
+// brings hundreds of pod events a second; each frame then costs the cells
+// of the nodes they touched, not the whole fleet's.
+let full = true;
+const dirty = new Set();
+const podsOn = new Map(); // node name -> Map(pod key -> pod), from the pods mirror
+
+const sameJSON = (a, b) => JSON.stringify(a ?? null) === JSON.stringify(b ?? null);
+
+// Each mirror reports change(prev, next) for a watch event, change(null)
+// when it (re)listed.
+function nodeChanged(prev, next) {
+  if (prev === null) full = true;
+  else if (!prev || !next || !sameJSON(prev.metadata.labels, next.metadata.labels)) full = true; // rows and groups change
+  else dirty.add(next.metadata.name);
+  schedule();
+}
+
+function dsChanged(prev, next) {
+  // A status update changes no cell: the cells follow the pods.
+  if (prev && next && prev.metadata.generation === next.metadata.generation &&
+      sameJSON(prev.metadata.annotations, next.metadata.annotations)) return;
+  full = true;
+  schedule();
+}
+
+function podChanged(prev, next) {
+  if (prev === null) {
+    podsOn.clear();
+    for (const [k, p] of fleet.pods.items) indexPod(k, p, true);
+    full = true;
+  } else {
+    for (const p of [prev, next]) {
+      if (!p?.spec.nodeName) continue;
+      dirty.add(p.spec.nodeName);
+    }
+    if (prev) indexPod(fleet.pods.key(prev), prev, false);
+    if (next) indexPod(fleet.pods.key(next), next, true);
+  }
+  schedule();
+}
+
+function indexPod(k, p, add) {
+  const n = p.spec.nodeName;
+  if (!n) return;
+  if (!podsOn.has(n)) podsOn.set(n, new Map());
+  if (add) podsOn.get(n).set(k, p); else podsOn.get(n).delete(k);
 }
 
 function schedule() {
@@ -47,58 +96,104 @@ function schedule() {
   requestAnimationFrame(() => { scheduled = false; compute(); render(); });
 }
 
-// compute derives the rows, columns and cells from the mirrors and filters.
+function filters() {
+  const [lk, lv] = $('label').value.split('=').map((s) => s.trim());
+  return { q: $('search').value.trim().toLowerCase(), groupKey: $('group').value.trim(), lk, lv,
+    want: $('state').value, tainted: $('tainted').checked };
+}
+
+// cellsOf is node n's cells, one per column, or null when a filter hides it.
+function cellsOf(n, f, dsMatch, now) {
+  if (f.q && !dsMatch && !n.metadata.name.toLowerCase().includes(f.q)) return null;
+  const nl = n.metadata.labels || {};
+  if (f.lk && !(f.lv === undefined ? Object.hasOwn(nl, f.lk) : nl[f.lk] === f.lv)) return null;
+  if (f.tainted && !(n.spec?.taints || []).length) return null;
+  const byOwner = new Map();
+  for (const p of podsOn.get(n.metadata.name)?.values() || []) {
+    const ref = (p.metadata.ownerReferences || []).find((r) => r.controller && r.kind === 'DaemonSet');
+    if (!ref) continue;
+    if (!byOwner.has(ref.uid)) byOwner.set(ref.uid, []);
+    byOwner.get(ref.uid).push(p);
+  }
+  const cs = columns.map((d) => cell(d, n, byOwner.get(d.metadata.uid) || [], now));
+  if (f.want && !cs.some((c) => c.state === f.want || (f.want === 'problem' && (c.state === 'failing' || c.state === 'unreachable')))) return null;
+  return cs;
+}
+
+let dsMatched = false;
+let rowOf = new Map(); // node name -> index in rows
+const counts = new Map(); // state -> cells in it, over the shown rows
+
+function countCells(cs, sign) {
+  for (const c of cs) counts.set(c.state, (counts.get(c.state) || 0) + sign);
+}
+
+// compute derives the rows, columns and cells from the mirrors and filters:
+// all of them after a list, a filter or a DaemonSet change, else only the
+// dirty nodes' rows (falling back to all when a node appears, goes, or
+// enters or leaves the filter).
 function compute() {
   if (!fleet.nodes?.synced || !fleet.dss?.synced || !fleet.pods?.synced) return;
-  const q = $('search').value.trim().toLowerCase();
-  const groupKey = $('group').value.trim();
-  const [lk, lv] = $('label').value.split('=').map((s) => s.trim());
-  const want = $('state').value;
-  const tainted = $('tainted').checked;
-  const dss = [...fleet.dss.items.values()].sort((a, b) => a.metadata.name.localeCompare(b.metadata.name));
-  const byOwner = new Map();
-  for (const p of fleet.pods.items.values()) {
-    const ref = (p.metadata.ownerReferences || []).find((r) => r.controller && r.kind === 'DaemonSet');
-    if (!ref || !p.spec.nodeName) continue;
-    const k = ref.uid + '|' + p.spec.nodeName;
-    if (!byOwner.has(k)) byOwner.set(k, []);
-    byOwner.get(k).push(p);
+  const f = filters();
+  const now = Date.now();
+  if (!full) {
+    for (const name of dirty) {
+      const n = fleet.nodes.items.get('/' + name);
+      const was = cells.get(name);
+      const cs = n ? cellsOf(n, f, dsMatched, now) : null;
+      if (!was && !cs) continue;
+      if (!was || !cs) { full = true; break; }
+      countCells(was, -1);
+      countCells(cs, 1);
+      cells.set(name, cs);
+      rows[rowOf.get(name)].node = n;
+    }
   }
-  const nodeMatch = (n) => n.metadata.name.toLowerCase().includes(q);
-  const dsMatch = dss.filter((d) => d.metadata.name.toLowerCase().includes(q));
+  dirty.clear();
+  if (full) computeAll(f, now);
+  full = false;
+  const shown = cells.size;
+  $('counts').textContent = `${shown} nodes × ${columns.length} DaemonSets · ` +
+    Object.keys(STATES).filter((s) => counts.get(s) > 0).map((s) => `${counts.get(s)} ${STATES[s].text}`).join(', ');
+  focus.r = Math.min(focus.r, Math.max(rows.length - 1, 0));
+  focus.c = Math.min(focus.c, Math.max(columns.length - 1, 0));
+  // A cell waiting for minReadySeconds turns available with time, not with an event.
+  if (columns.some((d) => d.spec.minReadySeconds) && !minReadyTimer) {
+    minReadyTimer = setTimeout(() => { minReadyTimer = null; full = true; schedule(); }, 1000);
+  }
+}
+let minReadyTimer = null;
+
+function computeAll(f, now) {
+  const dss = [...fleet.dss.items.values()].sort((a, b) => a.metadata.name.localeCompare(b.metadata.name));
+  const dsMatch = dss.filter((d) => d.metadata.name.toLowerCase().includes(f.q));
+  dsMatched = !!(f.q && dsMatch.length);
   // Searching a DaemonSet's name keeps every node and that column.
-  columns = q && dsMatch.length ? dsMatch : dss;
+  columns = dsMatched ? dsMatch : dss;
   const keys = new Set();
   cells = new Map();
+  counts.clear();
   const shown = [];
-  const now = Date.now();
   for (const n of fleet.nodes.items.values()) {
     Object.keys(n.metadata.labels || {}).forEach((k) => keys.add(k));
-    if (q && !dsMatch.length && !nodeMatch(n)) continue;
-    const nl = n.metadata.labels || {};
-    if (lk && !(lv === undefined ? Object.hasOwn(nl, lk) : nl[lk] === lv)) continue;
-    if (tainted && !(n.spec?.taints || []).length) continue;
-    const cs = columns.map((d) => cell(d, n, byOwner.get(d.metadata.uid + '|' + n.metadata.name) || [], now));
-    if (want && !cs.some((c) => c.state === want || (want === 'problem' && (c.state === 'failing' || c.state === 'unreachable')))) continue;
+    const cs = cellsOf(n, f, dsMatched, now);
+    if (!cs) continue;
     cells.set(n.metadata.name, cs);
+    countCells(cs, 1);
     shown.push(n);
   }
-  const group = (n) => (groupKey ? (n.metadata.labels || {})[groupKey] ?? '(none)' : '');
+  const group = (n) => (f.groupKey ? (n.metadata.labels || {})[f.groupKey] ?? '(none)' : '');
   shown.sort((a, b) => group(a).localeCompare(group(b)) || a.metadata.name.localeCompare(b.metadata.name));
   rows = [];
+  rowOf = new Map();
   let last = null;
   for (const n of shown) {
-    if (groupKey && group(n) !== last) { last = group(n); rows.push({ group: `${groupKey}=${last}` }); }
+    if (f.groupKey && group(n) !== last) { last = group(n); rows.push({ group: `${f.groupKey}=${last}` }); }
+    rowOf.set(n.metadata.name, rows.length);
     rows.push({ node: n });
   }
   const dl = $('label-keys');
   if (dl.childElementCount !== keys.size) dl.replaceChildren(...[...keys].sort().map((k) => el('option', { value: k })));
-  const counts = {};
-  for (const cs of cells.values()) for (const c of cs) counts[c.state] = (counts[c.state] || 0) + 1;
-  $('counts').textContent = `${shown.length} nodes × ${columns.length} DaemonSets · ` +
-    Object.entries(counts).map(([s, n]) => `${n} ${STATES[s].text}`).join(', ');
-  focus.r = Math.min(focus.r, Math.max(rows.length - 1, 0));
-  focus.c = Math.min(focus.c, Math.max(columns.length - 1, 0));
 }
 
 let headKey = '';
@@ -109,7 +204,7 @@ function renderHead() {
   $('grid-head').replaceChildren(el('div', { class: 'hcell', role: 'columnheader' }, 'node'),
     ...columns.map((d) => el('div', {
       class: 'hcell ds', role: 'columnheader', title: `${d.metadata.namespace}/${d.metadata.name}`,
-      onclick: () => showDaemonSet(d),
+      onclick: () => showDaemonSet(fleet.dss.items.get(fleet.dss.key(d)) || d),
     }, (paused(d) ? 'paused · ' : '') + d.metadata.name)));
 }
 
@@ -237,7 +332,7 @@ $('grid').addEventListener('focus', (e) => {
   moveFocus(0, 0);
 });
 $('grid').addEventListener('scroll', () => render(), { passive: true });
-for (const id of ['search', 'group', 'label', 'state', 'tainted']) $(id).addEventListener('input', schedule);
+for (const id of ['search', 'group', 'label', 'state', 'tainted']) $(id).addEventListener('input', () => { full = true; schedule(); });
 
 // ---- details panels ----
 
