@@ -331,4 +331,3 @@ func rollOut(ctx context.Context, c client.Interface, names []string, nodes int,
 	})
 	return ev, err
 }
-
