@@ -54,22 +54,37 @@ export async function request(method, path, body, contentType = 'application/mer
 
 export const get = (path) => request('GET', path);
 
+// yieldTask resolves in a new task, after the browser had a chance to draw.
+function yieldTask() {
+  if (globalThis.scheduler?.yield) return globalThis.scheduler.yield();
+  return new Promise((r) => { const c = new MessageChannel(); c.port1.onmessage = () => r(); c.port2.postMessage(0); });
+}
+
 // lines streams a response's lines to onLine until it ends or signal aborts.
 export async function lines(path, signal, onLine) {
   const res = await fetch('/ui/api' + path, { credentials: 'same-origin', signal });
   if (!res.ok) throw await failure(res);
   const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
   let buf = '';
+  let slice = performance.now();
   for (;;) {
     const { value, done } = await reader.read();
     if (done) break;
     buf += value;
-    let i;
-    while ((i = buf.indexOf('\n')) >= 0) {
-      const line = buf.slice(0, i);
-      buf = buf.slice(i + 1);
+    let i, from = 0;
+    while ((i = buf.indexOf('\n', from)) >= 0) {
+      const line = buf.slice(from, i);
+      from = i + 1;
       if (line.trim()) onLine(line);
+      // A burst of lines (hundreds of watch events in one read on a busy
+      // machine) is handled in slices of a few milliseconds, letting the
+      // page draw in between instead of stalling in one long task.
+      if (performance.now() - slice > 8) {
+        await yieldTask();
+        slice = performance.now();
+      }
     }
+    buf = buf.slice(from);
   }
   if (buf.trim()) onLine(buf);
 }
