@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -107,8 +108,17 @@ func BenchmarkDashboardRollout(b *testing.B) {
 	defer acancel()
 	bctx, bcancel := chromedp.NewContext(actx)
 	defer bcancel()
-	if err := chromedp.Do(bctx, chromedp.Navigate(srv.url+"/ui/")); err != nil {
-		b.Fatal(err)
+	// Chromium fails a navigation with ERR_NETWORK_CHANGED when another
+	// program adds or removes a network interface (Docker does): retry.
+	for try := 1; ; try++ {
+		err := chromedp.Do(bctx, chromedp.Navigate(srv.url+"/ui/"))
+		if err == nil {
+			break
+		}
+		if try == 5 || !strings.Contains(err.Error(), "ERR_NETWORK_CHANGED") {
+			b.Fatal(err)
+		}
+		time.Sleep(time.Second)
 	}
 	do := func(actions ...chromedp.Action[chromedp.Void]) {
 		tctx, tcancel := context.WithTimeout(bctx, 2*time.Minute)
