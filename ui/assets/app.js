@@ -196,16 +196,25 @@ function computeAll(f, now) {
   if (dl.childElementCount !== keys.size) dl.replaceChildren(...[...keys].sort().map((k) => el('option', { value: k })));
 }
 
+// renderHead keeps one header cell per column, rebuilt only when the
+// columns change; a DaemonSet update changes its cell's text in place (so
+// a click is not lost to a redraw either).
 let headKey = '';
+let headEls = [];
 function renderHead() {
-  const key = columns.map((d) => d.metadata.uid + d.metadata.resourceVersion).join();
-  if (key === headKey) return;
-  headKey = key;
-  $('grid-head').replaceChildren(el('div', { class: 'hcell', role: 'columnheader' }, 'node'),
-    ...columns.map((d) => el('div', {
+  const key = columns.map((d) => d.metadata.uid).join();
+  if (key !== headKey) {
+    headKey = key;
+    headEls = columns.map((d) => el('div', {
       class: 'hcell ds', role: 'columnheader', title: `${d.metadata.namespace}/${d.metadata.name}`,
       onclick: () => showDaemonSet(fleet.dss.items.get(fleet.dss.key(d)) || d),
-    }, (paused(d) ? 'paused · ' : '') + d.metadata.name)));
+    }));
+    $('grid-head').replaceChildren(el('div', { class: 'hcell', role: 'columnheader' }, 'node'), ...headEls);
+  }
+  columns.forEach((d, i) => {
+    const text = (paused(d) ? 'paused · ' : '') + d.metadata.name;
+    if (headEls[i].textContent !== text) headEls[i].textContent = text;
+  });
 }
 
 // render draws only the rows in view (virtualised): a fleet of thousands
