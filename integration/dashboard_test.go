@@ -126,10 +126,11 @@ const cellStates = `[...document.querySelectorAll('.cell[data-r]')].map(e => e.c
 // grid of a simulated fleet grouped by zone, pauses a rollout from the UI
 // (confirming the dry-run's plan) and sees the API reflect it, watches the
 // cells turn to the old revision while paused and back when resumed,
-// navigates the grid with the keyboard; a read-only ServiceAccount sees
-// the fleet but its pause is refused; no request leaves the server's
-// origin. The screenshot is docs/dashboard.png (EVERYNODE_UPDATE_SCREENSHOT=1
-// writes it there).
+// navigates the grid with the keyboard, drains a node from its panel (the
+// API shows it cordoned, its bare pod deleted, its DaemonSet pods left); a
+// read-only ServiceAccount sees the fleet but its pause and drain are
+// refused; no request leaves the server's origin. The screenshot is
+// docs/dashboard.png (EVERYNODE_UPDATE_SCREENSHOT=1 writes it there).
 func TestDashboardBrowser(t *testing.T) {
 	browserPath(t)
 	c := newCluster(t, 0)
@@ -234,6 +235,49 @@ func TestDashboardBrowser(t *testing.T) {
 	b.run(chromedp.KeyEvent(kb.Escape))
 	b.waitText(`String(document.getElementById('details').hidden)`, "true")
 
+	// Drain from the node's panel. The confirmation says what will happen:
+	// the node cordoned, the bare pod refused until "no controller" is
+	// ticked (kubectl drain's --force) and then deleted, the DaemonSet pods
+	// left running (--ignore-daemonsets). Nothing changes before Confirm;
+	// then the API shows the node unschedulable, the bare pod gone and the
+	// DaemonSet pods untouched.
+	bare := c.createBarePod("scratch", "node-2")
+	daemons := c.kfDaemonPodsOn("node-2")
+	if len(daemons) != 2 {
+		t.Fatalf("DaemonSet pods on node-2: %v, want logs and metrics", daemons)
+	}
+	const plan = `document.getElementById('confirm-plan').textContent`
+	b.run(chromedp.Click(chromedp.CSS(`.row[data-node="node-2"] .name`)),
+		chromedp.WaitVisible(chromedp.ID("act-drain")), chromedp.Click(chromedp.ID("act-drain")),
+		chromedp.WaitVisible(chromedp.ID("confirm-ok")))
+	b.waitText(plan, "cannot delete pods that declare no controller")
+	b.waitText(plan, "default/scratch")
+	b.waitText(`String(document.getElementById('confirm-ok').disabled)`, "true")
+	b.run(chromedp.Click(chromedp.ID("opt-force")))
+	b.waitText(plan, "2. Delete 1 pod(s)")
+	b.waitText(plan, "DaemonSet-managed: left running")
+	b.waitText(`String(document.getElementById('confirm-ok').disabled)`, "false")
+	if n, err := c.node("node-2"); err != nil || n.Spec.Unschedulable {
+		t.Fatalf("before Confirm: node-2 is cordoned (err %v): the dry run changed it", err)
+	}
+	if err := c.podGone("scratch", bare.UID); err == nil {
+		t.Fatal("before Confirm: the dry run deleted the bare pod")
+	}
+	b.run(chromedp.Click(chromedp.ID("confirm-ok")))
+	b.waitText(`document.getElementById('drain-status').textContent`, "node/node-2 drained (1 pod(s) deleted")
+	if n, err := c.node("node-2"); err != nil || !n.Spec.Unschedulable {
+		t.Fatalf("after the drain node-2 is not unschedulable (err %v)", err)
+	}
+	if err := c.podGone("scratch", bare.UID); err != nil {
+		t.Fatalf("after the drain: %v", err)
+	}
+	if err := kfSameUIDs(daemons, c.kfDaemonPodsOn("node-2")); err != nil {
+		t.Fatalf("the drain touched the DaemonSet pods: %v", err)
+	}
+	b.waitText(cellStates, want)
+	b.run(chromedp.Click(chromedp.ID("details-close")))
+	c.patchNode("node-2", map[string]any{"spec": map[string]any{"unschedulable": nil}})
+
 	// A read-only ServiceAccount: sees the grid, its action is refused.
 	if _, err := c.admin.Create(c.ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "viewer"}}, client.WriteOptions{}); err != nil {
 		t.Fatal(err)
@@ -258,6 +302,12 @@ func TestDashboardBrowser(t *testing.T) {
 	b.waitText(`document.querySelector('#details-body .error').textContent`, "Pause metrics refused: 403")
 	if _, ok := c.getDS("metrics").Annotations["rollout.everynode.io/paused"]; ok {
 		t.Error("the read-only user paused metrics")
+	}
+	b.run(chromedp.Click(chromedp.CSS(`.row[data-node="node-0"] .name`)),
+		chromedp.WaitVisible(chromedp.ID("act-drain")), chromedp.Click(chromedp.ID("act-drain")))
+	b.waitText(`document.getElementById('drain-status').textContent`, "Drain node node-0 refused: 403")
+	if n, err := c.node("node-0"); err != nil || n.Spec.Unschedulable {
+		t.Errorf("the read-only user's drain cordoned node-0 (err %v)", err)
 	}
 
 	b.mu.Lock()

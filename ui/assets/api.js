@@ -54,28 +54,45 @@ export async function request(method, path, body, contentType = 'application/mer
 
 export const get = (path) => request('GET', path);
 
+// yieldTask resolves in a new task, after the browser had a chance to draw.
+function yieldTask() {
+  if (globalThis.scheduler?.yield) return globalThis.scheduler.yield();
+  return new Promise((r) => { const c = new MessageChannel(); c.port1.onmessage = () => r(); c.port2.postMessage(0); });
+}
+
 // lines streams a response's lines to onLine until it ends or signal aborts.
 export async function lines(path, signal, onLine) {
   const res = await fetch('/ui/api' + path, { credentials: 'same-origin', signal });
   if (!res.ok) throw await failure(res);
   const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
   let buf = '';
+  let slice = performance.now();
   for (;;) {
     const { value, done } = await reader.read();
     if (done) break;
     buf += value;
-    let i;
-    while ((i = buf.indexOf('\n')) >= 0) {
-      const line = buf.slice(0, i);
-      buf = buf.slice(i + 1);
+    let i, from = 0;
+    while ((i = buf.indexOf('\n', from)) >= 0) {
+      const line = buf.slice(from, i);
+      from = i + 1;
       if (line.trim()) onLine(line);
+      // A burst of lines (hundreds of watch events in one read on a busy
+      // machine) is handled in slices of a few milliseconds, letting the
+      // page draw in between instead of stalling in one long task.
+      if (performance.now() - slice > 8) {
+        await yieldTask();
+        slice = performance.now();
+      }
     }
+    buf = buf.slice(from);
   }
   if (buf.trim()) onLine(buf);
 }
 
 // Mirror keeps every object of one kind: a list, then one watch stream
 // from its resourceVersion, listed again when the watch ends or expires.
+// onChange(null) follows a list; onChange(prev, next) an event (prev
+// undefined for a new object, next undefined for a deleted one).
 export class Mirror {
   constructor(path, onChange, onError) {
     this.path = path; this.onChange = onChange; this.onError = onError;
@@ -89,7 +106,7 @@ export class Mirror {
         const list = await get(this.path);
         this.items = new Map(list.items.map((o) => [this.key(o), o]));
         this.synced = true;
-        this.onChange();
+        this.onChange(null);
         const sep = this.path.includes('?') ? '&' : '?';
         let rv = list.metadata.resourceVersion;
         let expired = false;
@@ -97,9 +114,11 @@ export class Mirror {
           const ev = JSON.parse(line);
           if (ev.type === 'ERROR') { expired = true; return; }
           if (ev.type === 'BOOKMARK') return;
-          if (ev.type === 'DELETED') this.items.delete(this.key(ev.object));
-          else this.items.set(this.key(ev.object), ev.object);
-          this.onChange();
+          const k = this.key(ev.object);
+          const prev = this.items.get(k);
+          if (ev.type === 'DELETED') this.items.delete(k);
+          else this.items.set(k, ev.object);
+          this.onChange(prev, ev.type === 'DELETED' ? undefined : ev.object);
         });
         if (expired) continue;
       } catch (e) {
