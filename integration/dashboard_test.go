@@ -46,12 +46,15 @@ func browserPath(t *testing.T) string {
 func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
 
 // browser is one headless Chromium tab on the cluster's dashboard; every
-// request the page makes is recorded.
+// request the page makes is recorded, and every one that failed without an
+// answer with Chromium's error (net::ERR_…), which a failure message shows.
 type browser struct {
-	t    *testing.T
-	ctx  context.Context
-	mu   sync.Mutex
-	urls []string
+	t      *testing.T
+	ctx    context.Context
+	mu     sync.Mutex
+	urls   []string
+	ids    map[network.RequestID]string
+	failed []string
 }
 
 func newBrowser(t *testing.T, c *cluster) *browser {
@@ -63,12 +66,18 @@ func newBrowser(t *testing.T, c *cluster) *browser {
 		chromedp.WindowSize(1280, 720),
 	)
 	actx, acancel := chromedp.NewExecAllocator(c.ctx, opts...)
-	b := &browser{t: t}
+	b := &browser{t: t, ids: map[network.RequestID]string{}}
 	ctx, cancel := chromedp.NewContext(actx, chromedp.WithListener(func(ev any) {
-		if e, ok := ev.(*network.EventRequestWillBeSent); ok {
-			b.mu.Lock()
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		switch e := ev.(type) {
+		case *network.EventRequestWillBeSent:
 			b.urls = append(b.urls, e.Request.URL)
-			b.mu.Unlock()
+			b.ids[e.RequestID] = e.Request.Method + " " + e.Request.URL
+		case *network.EventLoadingFailed:
+			if !e.Canceled { // the page's own aborts (logout, a closed panel) are not failures
+				b.failed = append(b.failed, fmt.Sprintf("%s: %s", b.ids[e.RequestID], e.ErrorText))
+			}
 		}
 	}))
 	t.Cleanup(func() { cancel(); acancel() })
@@ -106,7 +115,9 @@ func (b *browser) waitText(expr, want string) {
 			return err
 		}
 		if !strings.Contains(s, want) {
-			return fmt.Errorf("%s is %q, want %q in it", expr, s, want)
+			b.mu.Lock()
+			defer b.mu.Unlock()
+			return fmt.Errorf("%s is %q, want %q in it; requests that failed without an answer: %q", expr, s, want, b.failed)
 		}
 		return nil
 	})
