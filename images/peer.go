@@ -41,14 +41,20 @@ func PeerHandler(dir, token string) http.Handler {
 			http.NotFound(w, req)
 			return
 		}
-		defer f.Close()
-		fi, err := f.Stat()
-		if err != nil {
-			http.NotFound(w, req)
-			return
-		}
-		w.Header().Set("Content-Type", "application/octet-stream")
-		w.Header().Set("ETag", `"`+d+`"`)
-		http.ServeContent(w, req, "", fi.ModTime(), f)
+		serveBlobFile(w, req, d, f)
 	})
+}
+
+// serveBlobFile answers a blob request from f, which it closes: ranges
+// (resumable fetches) and conditional requests by the digest as ETag.
+func serveBlobFile(w http.ResponseWriter, req *http.Request, d string, f *os.File) {
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		http.NotFound(w, req)
+		return
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("ETag", `"`+d+`"`)
+	http.ServeContent(w, req, "", fi.ModTime(), f)
 }

@@ -33,15 +33,7 @@ func ServerBlobHandler(s *Store) http.Handler {
 			http.NotFound(w, req)
 			return
 		}
-		defer f.Close()
-		fi, err := f.Stat()
-		if err != nil {
-			http.NotFound(w, req)
-			return
-		}
-		w.Header().Set("Content-Type", "application/octet-stream")
-		w.Header().Set("ETag", `"`+d+`"`)
-		http.ServeContent(w, req, "", fi.ModTime(), f)
+		serveBlobFile(w, req, d, f)
 	})
 }
 
