@@ -43,10 +43,29 @@ export async function request(method, path, body, contentType = 'application/mer
   const headers = { Accept: 'application/json' };
   if (method !== 'GET') headers['X-Everynode-CSRF'] = csrf;
   if (body !== undefined) headers['Content-Type'] = contentType;
-  const res = await fetch('/ui/api' + path, {
+  const send = () => fetch('/ui/api' + path, {
     method, credentials: 'same-origin', headers,
     body: body === undefined ? undefined : JSON.stringify(body),
   });
+  // No answer at all (a TypeError, "Failed to fetch"): the connection
+  // went away under the request. Chromium closes every connection when the
+  // machine's network interfaces change (a Docker network created counts);
+  // the server closes an HTTP/2 connection whose ping is not answered
+  // within a second, which a busy browser or server, or a slow link, can
+  // miss; a restarting server closes its connections too. A request that
+  // changes nothing, a read or a dry run, is sent again on a new connection
+  // after a short wait, up to three more times; a change never is.
+  const safe = method === 'GET' || /[?&]dryRun=All(&|$)/.test(path);
+  let res;
+  for (let wait = 250; ; wait *= 2) {
+    try {
+      res = await send();
+      break;
+    } catch (e) {
+      if (!(e instanceof TypeError) || !safe || wait > 1000) throw e;
+      await new Promise((r) => setTimeout(r, wait));
+    }
+  }
   if (!res.ok) throw await failure(res);
   const ct = res.headers.get('Content-Type') || '';
   return ct.includes('json') ? res.json() : res.text();
