@@ -276,6 +276,7 @@ func TestDashboardBrowser(t *testing.T) {
 	}
 	b.run(chromedp.Click(chromedp.ID("confirm-ok")))
 	b.waitText(`document.getElementById('drain-status').textContent`, "node/node-2 drained (1 pod(s) deleted")
+	b.waitText(`document.getElementById('act-cordon').textContent`, "Uncordon")
 	if n, err := c.node("node-2"); err != nil || !n.Spec.Unschedulable {
 		t.Fatalf("after the drain node-2 is not unschedulable (err %v)", err)
 	}

@@ -422,12 +422,16 @@ async function showNode(n) {
   const cond = (n.status?.conditions || []).map((c) => [c.type, c.status, c.reason, c.message]);
   const pods = [...fleet.pods.items.values()].filter((p) => p.spec.nodeName === name)
     .map((p) => el('a', { href: '#', onclick: (e) => { e.preventDefault(); showPod(p.metadata.namespace, p.metadata.name); } }, `${p.metadata.namespace}/${p.metadata.name} (${p.status?.phase})`));
-  const unsched = !!n.spec?.unschedulable;
-  const cordon = el('button', {
-    type: 'button',
-    onclick: () => act(`${unsched ? 'Uncordon' : 'Cordon'} node ${name}`, 'PATCH', `/api/v1/nodes/${name}`, { spec: { unschedulable: unsched ? null : true } },
-      () => unsched ? `Node ${name} accepts new pods again.` : `Node ${name} is marked unschedulable: no new pods are placed on it; DaemonSet pods stay.`),
-  }, unsched ? 'Uncordon' : 'Cordon');
+  // The button offers the opposite of the node's state, and turns over
+  // once a cordon, an uncordon or a drain (drainNode) has been applied.
+  const cordon = el('button', { type: 'button', id: 'act-cordon' });
+  cordon.showState = (unsched) => {
+    cordon.textContent = unsched ? 'Uncordon' : 'Cordon';
+    cordon.onclick = () => act(`${unsched ? 'Uncordon' : 'Cordon'} node ${name}`, 'PATCH', `/api/v1/nodes/${name}`, { spec: { unschedulable: unsched ? null : true } },
+      () => unsched ? `Node ${name} accepts new pods again.` : `Node ${name} is marked unschedulable: no new pods are placed on it; DaemonSet pods stay.`,
+      () => cordon.showState(!unsched));
+  };
+  cordon.showState(!!n.spec?.unschedulable);
   const drain = el('button', { type: 'button', id: 'act-drain', onclick: () => drainNode(name) }, 'Drain');
   panel(`Node ${name}`, el('div', { class: 'actions' }, cordon, drain),
     el('h3', {}, 'Labels'), kv(n.metadata.labels),
@@ -542,6 +546,7 @@ async function drainNode(name) {
   const gone = kinds.filter((v) => del.includes(podID(v.pod))).map((v) => v.pod);
   try {
     await api.request('PATCH', `/api/v1/nodes/${name}`, { spec: { unschedulable: true } });
+    if (!signal.aborted) $('act-cordon')?.showState(true);
     status.textContent = `${title}: node/${name} cordoned; deleting ${gone.length} pod(s)…`;
     for (const p of gone) {
       try { await api.request('DELETE', podPath(p), deleteOptions(p), 'application/json'); } catch (e) { if (e.code !== 404) throw e; }
