@@ -24,9 +24,9 @@ import (
 	"github.com/everynode/everynode/resources"
 )
 
-// corpusDir holds published DaemonSet manifests, unchanged, beside the
-// repository.
-const corpusDir = "../../shared/corpus"
+// corpusDir holds published DaemonSet manifests, unchanged, in the test
+// corpus beside the repository (README, "Test corpus").
+var corpusDir = filepath.Join("..", "..", "shared", "corpus")
 
 // corpusPrereqs are what the corpus' README says some manifests expect the
 // user to have created first, as the commands a user would type.
@@ -53,7 +53,7 @@ func TestCorpusInstalls(t *testing.T) {
 	kubectl := needKubectl(t)
 	files, err := filepath.Glob(filepath.Join(corpusDir, "*.yaml"))
 	if err != nil || len(files) == 0 {
-		t.Fatalf("no corpus at %s (%v): tests read it from ../shared/corpus beside the repository", corpusDir, err)
+		t.Fatalf("no corpus at %s (%v): the test corpus sits beside the repository, see the README's \"Test corpus\"", corpusDir, err)
 	}
 	c := newCluster(t, 2)
 	kc := kfKubeconfig(t, c)

@@ -22,7 +22,8 @@ import (
 const helmVersion = "v3.22.0"
 
 // smartctlChart is the published prometheus-community chart, unchanged.
-const smartctlChart = "../../shared/charts/prometheus-smartctl-exporter"
+// It is part of the test corpus beside the repository (README, "Test corpus").
+var smartctlChart = filepath.Join("..", "..", "shared", "charts", "prometheus-smartctl-exporter")
 
 // TestHelmChart: Helm 3 installs the published smartctl-exporter chart and
 // its DaemonSet reaches desired == ready on every node; `helm upgrade` with
@@ -31,7 +32,7 @@ const smartctlChart = "../../shared/charts/prometheus-smartctl-exporter"
 // Helm's release records.
 func TestHelmChart(t *testing.T) {
 	if _, err := os.Stat(smartctlChart); err != nil {
-		t.Fatalf("the chart corpus is missing (%v): tests read it from ../shared/charts beside the repository", err)
+		t.Fatalf("the chart corpus is missing (%v): the test corpus sits beside the repository, see the README's \"Test corpus\"", err)
 	}
 	helm := buildHelm(t)
 	c := newCluster(t, 3)
