@@ -37,7 +37,7 @@ func TestConfigMapVolumeOnDocker(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "sec"},
 		Data:       map[string][]byte{"token": []byte("s3cret")},
 	}
-	api := &cuttableAPIFake{Client: clientfake.New(cm, sec)}
+	api := &clientfake.Cuttable{Client: clientfake.New(cm, sec)}
 	n := newNode(t, "volumes", api.Client)
 	p := n.pod("reader", "-exit-after", "-1ns")
 	p.Spec.Volumes = []corev1.Volume{{Name: "cfg", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
@@ -121,7 +121,7 @@ func TestConfigMapVolumeOnDocker(t *testing.T) {
 	}
 
 	// Power cut: server unreachable, agent stopped, containers gone.
-	api.cut()
+	api.Cut()
 	stop()
 	for _, c := range n.containers(p) {
 		if err := n.rt.RemoveContainer(context.Background(), c.ID); err != nil {
