@@ -97,6 +97,9 @@ func TestRunAllValidates(t *testing.T) {
 	}
 }
 
+// errOf is the error of a constructor's results.
+func errOf[T any](_ T, err error) error { return err }
+
 // TestNewFailureLeavesNoGoroutine: each controller's New fails when the
 // shared informers already run (it can no longer add its own), and then
 // stops the work queue it had started, since no Run will.
@@ -106,24 +109,19 @@ func TestNewFailureLeavesNoGoroutine(t *testing.T) {
 		new  func(client.Interface, *informer.Shared) error
 	}{
 		{"daemonset", func(c client.Interface, s *informer.Shared) error {
-			_, err := daemonset.New(daemonset.Config{Client: c, Informers: s})
-			return err
+			return errOf(daemonset.New(daemonset.Config{Client: c, Informers: s}))
 		}},
 		{"garbagecollector", func(c client.Interface, s *informer.Shared) error {
-			_, err := garbagecollector.New(garbagecollector.Config{Client: c, Informers: s})
-			return err
+			return errOf(garbagecollector.New(garbagecollector.Config{Client: c, Informers: s}))
 		}},
 		{"nodelifecycle", func(c client.Interface, s *informer.Shared) error {
-			_, err := nodelifecycle.New(nodelifecycle.Config{Client: c, Membership: nodelifecycle.NewStaticMembership(), Informers: s})
-			return err
+			return errOf(nodelifecycle.New(nodelifecycle.Config{Client: c, Membership: nodelifecycle.NewStaticMembership(), Informers: s}))
 		}},
 		{"serviceaccount", func(c client.Interface, s *informer.Shared) error {
-			_, err := serviceaccount.New(serviceaccount.Config{Client: c, Informers: s})
-			return err
+			return errOf(serviceaccount.New(serviceaccount.Config{Client: c, Informers: s}))
 		}},
 		{"clusterroleaggregation", func(c client.Interface, s *informer.Shared) error {
-			_, err := clusterroleaggregation.New(clusterroleaggregation.Config{Client: c, Informers: s})
-			return err
+			return errOf(clusterroleaggregation.New(clusterroleaggregation.Config{Client: c, Informers: s}))
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
