@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -34,28 +33,7 @@ func TestPowerCutWithServerDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := func() func() {
-		a, err := nodeagent.New(nodeagent.Config{
-			NodeName: n.name, NodeIP: "127.0.0.1", Client: api, Runtime: n.rt, Logger: n.logger(),
-			DataDir: dataDir, ManifestDir: manifests, RelistPeriod: 200 * time.Millisecond, ResyncPeriod: time.Second,
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- a.Run(ctx) }()
-		var once sync.Once
-		stop := func() {
-			once.Do(func() {
-				cancel()
-				select {
-				case <-done:
-				case <-time.After(30 * time.Second):
-					t.Errorf("agent did not stop")
-				}
-			})
-		}
-		t.Cleanup(stop)
+		_, stop := n.run(nodeagent.Config{Client: api, DataDir: dataDir, ManifestDir: manifests}, false)
 		return stop
 	}
 	pods := []string{"app", "edge-" + n.name}
