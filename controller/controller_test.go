@@ -12,7 +12,12 @@ import (
 
 	"github.com/everynode/everynode/client"
 	"github.com/everynode/everynode/client/fake"
+	"github.com/everynode/everynode/controller/clusterroleaggregation"
+	"github.com/everynode/everynode/controller/daemonset"
+	"github.com/everynode/everynode/controller/garbagecollector"
+	"github.com/everynode/everynode/controller/internal/informer"
 	"github.com/everynode/everynode/controller/nodelifecycle"
+	"github.com/everynode/everynode/controller/serviceaccount"
 	"github.com/everynode/everynode/internal/testkit"
 	"github.com/everynode/everynode/resources"
 )
@@ -89,5 +94,45 @@ func TestRunAll(t *testing.T) {
 func TestRunAllValidates(t *testing.T) {
 	if err := RunAll(context.Background(), Config{}); err == nil {
 		t.Error("RunAll without client succeeded")
+	}
+}
+
+// errOf is the error of a constructor's results.
+func errOf[T any](_ T, err error) error { return err }
+
+// TestNewFailureLeavesNoGoroutine: each controller's New fails when the
+// shared informers already run (it can no longer add its own), and then
+// stops the work queue it had started, since no Run will.
+func TestNewFailureLeavesNoGoroutine(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		new  func(client.Interface, *informer.Shared) error
+	}{
+		{"daemonset", func(c client.Interface, s *informer.Shared) error {
+			return errOf(daemonset.New(daemonset.Config{Client: c, Informers: s}))
+		}},
+		{"garbagecollector", func(c client.Interface, s *informer.Shared) error {
+			return errOf(garbagecollector.New(garbagecollector.Config{Client: c, Informers: s}))
+		}},
+		{"nodelifecycle", func(c client.Interface, s *informer.Shared) error {
+			return errOf(nodelifecycle.New(nodelifecycle.Config{Client: c, Membership: nodelifecycle.NewStaticMembership(), Informers: s}))
+		}},
+		{"serviceaccount", func(c client.Interface, s *informer.Shared) error {
+			return errOf(serviceaccount.New(serviceaccount.Config{Client: c, Informers: s}))
+		}},
+		{"clusterroleaggregation", func(c client.Interface, s *informer.Shared) error {
+			return errOf(clusterroleaggregation.New(clusterroleaggregation.Config{Client: c, Informers: s}))
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			checkLeaks := testkit.LeakCheck(t)
+			fc := fake.New()
+			shared := informer.NewShared(fc)
+			shared.Run(context.Background()) // no informers: marks the set running and returns
+			if err := tc.new(fc, shared); err == nil {
+				t.Fatal("New succeeded over shared informers that already run")
+			}
+			checkLeaks()
+		})
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,7 +14,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/everynode/everynode/client"
 	clientfake "github.com/everynode/everynode/client/fake"
@@ -30,53 +28,10 @@ var errUnreachable = apierrors.NewServiceUnavailable("test: the API server is un
 
 func clientWrite() client.WriteOptions { return client.WriteOptions{} }
 
-// netClient is the fake API behind a network the test can cut: while cut,
-// every call fails and the open watches end, as when the server goes away.
-type netClient struct {
-	*clientfake.Client
-	mu      sync.Mutex
-	down    bool
-	watches []watch.Interface
-}
-
-func (c *netClient) Watch(ctx context.Context, r *resources.Resource, ns string, opts client.ListOptions) (watch.Interface, error) {
-	w, err := c.Client.Watch(ctx, r, ns, opts)
-	if err != nil {
-		return nil, err
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.down {
-		w.Stop()
-	} else {
-		c.watches = append(c.watches, w)
-	}
-	return w, nil
-}
-
-func (c *netClient) cut() {
-	c.Client.Fail("*", "*", errUnreachable)
-	c.mu.Lock()
-	c.down = true
-	ws := c.watches
-	c.watches = nil
-	c.mu.Unlock()
-	for _, w := range ws {
-		w.Stop()
-	}
-}
-
-func (c *netClient) restore() {
-	c.mu.Lock()
-	c.down = false
-	c.mu.Unlock()
-	c.Client.Fail("*", "*", nil)
-}
-
 // offlineEnv is an agent with a data dir behind a network that can be cut.
 type offlineEnv struct {
 	*env
-	net         *netClient
+	net         *clientfake.Cuttable
 	dataDir     string
 	manifestDir string // optional
 }
@@ -89,7 +44,7 @@ func newOfflineEnv(t *testing.T, pods ...*corev1.Pod) *offlineEnv {
 			t.Fatal(err)
 		}
 	}
-	o := &offlineEnv{env: e, net: &netClient{Client: e.api.Client}, dataDir: t.TempDir()}
+	o := &offlineEnv{env: e, net: &clientfake.Cuttable{Client: e.api.Client}, dataDir: t.TempDir()}
 	o.restart()
 	return o
 }
@@ -152,7 +107,7 @@ func TestOfflineCrashedContainerRestarted(t *testing.T) {
 		return ok && s.State.Running != nil
 	})
 
-	o.net.cut()
+	o.net.Cut()
 	o.stepUntil("the crashed container restarted while offline", time.Second, func() bool {
 		r := o.running("crashy")
 		return len(r) == 1 && r[0].Labels[runtime.LabelAttempt] == "1"
@@ -161,7 +116,7 @@ func TestOfflineCrashedContainerRestarted(t *testing.T) {
 		t.Errorf("a status was written while offline: %+v", s)
 	}
 
-	o.net.restore()
+	o.net.Restore()
 	o.stepUntil("the restart reported after reconnect", time.Second, func() bool {
 		s, ok := o.apiStatus("crashy")
 		return ok && s.RestartCount >= 1 && s.State.Running != nil
@@ -196,15 +151,15 @@ func TestOfflineAgentRestartAndReconnect(t *testing.T) {
 	}
 
 	// The server goes away, then the agent restarts.
-	o.net.cut()
+	o.net.Cut()
 	stop()
 	// Meanwhile "gone" is deleted from the API (the agent cannot see it).
-	o.net.restore()
+	o.net.Restore()
 	zero := int64(0)
 	if _, err := o.net.Client.Delete(context.Background(), resources.Pods, "default", "gone", metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
 		t.Fatal(err)
 	}
-	o.net.cut()
+	o.net.Cut()
 	o.rt.ResetCalls()
 	o.restart()
 	o.run()
@@ -238,7 +193,7 @@ func TestOfflineAgentRestartAndReconnect(t *testing.T) {
 
 	// The server returns: statuses written, the deleted pod stopped, no
 	// duplicates, and nothing restarted needlessly.
-	o.net.restore()
+	o.net.Restore()
 	o.stepUntil("the reconnect reconciled", time.Second, func() bool {
 		s, ok := o.apiStatus("crashy")
 		return ok && s.RestartCount == 1 && s.State.Running != nil &&
@@ -277,7 +232,7 @@ func TestOfflineStartWithoutDiskCopyTouchesNothing(t *testing.T) {
 	if err := o.rt.StartContainer(ctx, id); err != nil {
 		t.Fatal(err)
 	}
-	o.net.cut()
+	o.net.Cut()
 	o.run()
 	o.stepUntil("five offline relists", time.Second, func() bool { return o.rt.CountCalls("ListContainers") >= 5 })
 	testkit.Consistently(t, 100*time.Millisecond, func() error {
@@ -287,7 +242,7 @@ func TestOfflineStartWithoutDiskCopyTouchesNothing(t *testing.T) {
 		return nil
 	})
 	// Once the API answers (no such pod), the container is swept.
-	o.net.restore()
+	o.net.Restore()
 	o.stepUntil("the unknown container swept", time.Second, func() bool {
 		return len(o.containers(runtime.Labels{runtime.LabelPodUID: "uid-unknown"})) == 0
 	})
@@ -340,7 +295,7 @@ func TestOfflineRestartWithStaticAndAssignedPods(t *testing.T) {
 	})
 	ids := map[string]string{"web": o.running("web")[0].ID, "cache-n1": o.running("cache-n1")[0].ID}
 
-	o.net.cut()
+	o.net.Cut()
 	stop()
 	o.rt.ResetCalls()
 	o.restart()

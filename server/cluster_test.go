@@ -46,6 +46,40 @@ func clusterConfig(t *testing.T, name string) Config {
 	}
 }
 
+// joinConfig is clusterConfig for a server that joins through via with
+// token.
+func joinConfig(t *testing.T, name string, via *Server, token string) Config {
+	c := clusterConfig(t, name)
+	c.JoinURL, c.JoinToken = via.URL(), token
+	return c
+}
+
+// startServer starts a server from c or fails the test. The caller closes
+// it, before any deferred leak check runs.
+func startServer(ctx context.Context, t *testing.T, c Config) *Server {
+	t.Helper()
+	s, err := Start(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// startPair starts s1 with --cluster-init and s2 joined through it. The
+// caller closes both, before any deferred leak check runs.
+func startPair(ctx context.Context, t *testing.T) (s1, s2 *Server) {
+	t.Helper()
+	c1 := clusterConfig(t, "s1")
+	c1.ClusterInit = true
+	s1 = startServer(ctx, t, c1)
+	s2, err := Start(ctx, joinConfig(t, "s2", s1, s1.JoinToken()))
+	if err != nil {
+		s1.Close()
+		t.Fatal(err)
+	}
+	return s1, s2
+}
+
 func voters(t *testing.T, s *Server) []string {
 	t.Helper()
 	list, err := s.Etcd().MemberList(context.Background())
@@ -74,27 +108,11 @@ func TestClusterJoin(t *testing.T) {
 	defer testkit.LeakCheck(t)()
 	ctx := context.Background()
 
-	c1 := clusterConfig(t, "s1")
-	c1.ClusterInit = true
-	s1, err := Start(ctx, c1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s1, s2 := startPair(ctx, t)
 	defer s1.Close()
-
-	c2 := clusterConfig(t, "s2")
-	c2.JoinURL, c2.JoinToken = s1.URL(), s1.JoinToken()
-	s2, err := Start(ctx, c2)
-	if err != nil {
-		t.Fatal(err)
-	}
 	defer s2.Close()
-	c3 := clusterConfig(t, "s3")
-	c3.JoinURL, c3.JoinToken = s2.URL(), s1.JoinToken()
-	s3, err := Start(ctx, c3)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c3 := joinConfig(t, "s3", s2, s1.JoinToken())
+	s3 := startServer(ctx, t, c3)
 	s3Closed := false
 	defer func() {
 		if !s3Closed {
@@ -165,8 +183,7 @@ func TestClusterJoin(t *testing.T) {
 		{"another cluster", other.JoinToken(), "not the cluster of this join token"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := clusterConfig(t, "bad")
-			c.JoinURL, c.JoinToken = s1.URL(), tc.token
+			c := joinConfig(t, "bad", s1, tc.token)
 			s, err := Start(ctx, c)
 			if err == nil {
 				s.Close()

@@ -79,19 +79,8 @@ func TestImageLoadedOnOneServerServedByAnother(t *testing.T) {
 	}
 	defer testkit.LeakCheck(t)()
 	ctx := context.Background()
-	c1 := clusterConfig(t, "s1")
-	c1.ClusterInit = true
-	s1, err := Start(ctx, c1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s1, s2 := startPair(ctx, t)
 	defer s1.Close()
-	c2 := clusterConfig(t, "s2")
-	c2.JoinURL, c2.JoinToken = s1.URL(), s1.JoinToken()
-	s2, err := Start(ctx, c2)
-	if err != nil {
-		t.Fatal(err)
-	}
 	defer s2.Close()
 	h1, h2 := adminHTTP(t, s1), adminHTTP(t, s2)
 

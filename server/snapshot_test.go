@@ -169,17 +169,9 @@ func TestSnapshotRestoreClusterInit(t *testing.T) {
 		t.Fatal(err)
 	}
 	copyKeys(t, c1.DataDir, c2.DataDir)
-	s2, err := Start(ctx, c2)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s2 := startServer(ctx, t, c2)
 	defer s2.Close()
-	c3 := clusterConfig(t, "second")
-	c3.JoinURL, c3.JoinToken = s2.URL(), s2.JoinToken()
-	s3, err := Start(ctx, c3)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s3 := startServer(ctx, t, joinConfig(t, "second", s2, s2.JoinToken()))
 	defer s3.Close()
 	if got := voters(t, s2); len(got) != 2 {
 		t.Fatalf("members %v", got)

@@ -1,8 +1,9 @@
 // Package fake provides Client, an in-memory client.Interface for tests of the
 // controllers, the agent and the CLI, in the manner of client-go's fake
 // clientset: resourceVersions from one counter, Watch from a resourceVersion
-// (synthetic ADDED events for rv "" or "0"), a call log (Actions) and
-// injectable per-verb errors (Fail, FailFunc).
+// (synthetic ADDED events for rv "" or "0"), a call log (Actions),
+// injectable per-verb errors (Fail, FailFunc) and Cuttable, a Client behind a
+// link the test can cut.
 //
 // Every write and read runs the API server's own rules from
 // apiserver/strategy, so the fake answers as the server does: decoding,

@@ -76,11 +76,7 @@ func New(cfg Config) (_ *Controller, err error) {
 	if c.logger == nil {
 		c.logger = slog.New(slog.DiscardHandler)
 	}
-	defer func() {
-		if err != nil {
-			c.queue.ShutDown()
-		}
-	}()
+	defer workers.ShutDownOnError(c.queue, &err)
 	c.informers = informer.NewSet(cfg.Informers, cfg.Client)
 	inf, err := c.informers.Add(resources.ClusterRoles, nil)
 	if err != nil {

@@ -112,13 +112,7 @@ func New(cfg Config) (_ *Controller, err error) {
 		expectations:      newExpectations(clk),
 		queue:             workers.NewQueue[string](clk),
 	}
-	// The queue's goroutine starts now and stops with ShutDown, which Run
-	// calls; if New fails there is no Run, so New stops it.
-	defer func() {
-		if err != nil {
-			c.queue.ShutDown()
-		}
-	}()
+	defer workers.ShutDownOnError(c.queue, &err)
 	c.podControl = clientPodControl{client: cfg.Client, recorder: rec}
 
 	c.informers = informer.NewSet(cfg.Informers, cfg.Client)

@@ -140,6 +140,20 @@ func changeImage(tc *testController, ds *appsv1.DaemonSet) string {
 	return ComputeHash(&ds.Spec.Template, nil)
 }
 
+// startRollout makes a DaemonSet "foo" with strategy, runs it on n nodes
+// with ready pods (startRolled), sets the rollout annotations kv and
+// changes its image. It returns the hashes of the old and new revisions.
+func startRollout(t *testing.T, strategy appsv1.DaemonSetUpdateStrategy, n int, kv map[string]*string) (tc *testController, ds *appsv1.DaemonSet, oldHash, newHash string) {
+	t.Helper()
+	ds = newDaemonSet("foo")
+	ds.Spec.UpdateStrategy = strategy
+	tc = newTestController(t, ds)
+	oldHash = startRolled(t, tc, ds, n)
+	setAnnotations(tc, ds, kv)
+	newHash = changeImage(tc, ds)
+	return tc, ds, oldHash, newHash
+}
+
 // TestPlainDaemonSetHasNoRolloutCondition: without rollout annotations a
 // rolling update reports no condition and records no rollout event.
 func TestPlainDaemonSetHasNoRolloutCondition(t *testing.T) {
@@ -162,13 +176,8 @@ func TestPlainDaemonSetHasNoRolloutCondition(t *testing.T) {
 // failed get a pod of the old revision; resume continues the rollout;
 // each transition is a Progressing condition and an event.
 func TestPauseReplacesNoPod(t *testing.T) {
-	ds := newDaemonSet("foo")
-	ds.Spec.UpdateStrategy = newUpdateUnavailable(intstr.FromInt32(2))
-	tc := newTestController(t, ds)
-	oldHash := startRolled(t, tc, ds, 5)
-
-	setAnnotations(tc, ds, map[string]*string{rollout.Paused: str("true")})
-	newHash := changeImage(tc, ds)
+	tc, ds, oldHash, newHash := startRollout(t, newUpdateUnavailable(intstr.FromInt32(2)), 5,
+		map[string]*string{rollout.Paused: str("true")})
 	rolloutStep(t, tc, ds, 0, 0)
 	wantCondition(t, ds, corev1.ConditionUnknown, rollout.ReasonPaused, "DaemonSet is paused")
 	wantEvent(t, tc, "Normal DaemonSetPaused DaemonSet is paused")
@@ -240,12 +249,8 @@ func TestPauseLeavesOnDelete(t *testing.T) {
 // with an earlier name gets the old revision (the partition keeps the
 // updated nodes); promote updates the rest.
 func TestPartitionN(t *testing.T) {
-	ds := newDaemonSet("foo")
-	ds.Spec.UpdateStrategy = newUpdateUnavailable(intstr.FromInt32(1))
-	tc := newTestController(t, ds)
-	oldHash := startRolled(t, tc, ds, 5)
-	setAnnotations(tc, ds, map[string]*string{rollout.Partition: str("2")})
-	newHash := changeImage(tc, ds)
+	tc, ds, oldHash, newHash := startRollout(t, newUpdateUnavailable(intstr.FromInt32(1)), 5,
+		map[string]*string{rollout.Partition: str("2")})
 
 	rolloutStep(t, tc, ds, 0, 1)
 	wantCondition(t, ds, corev1.ConditionTrue, rollout.ReasonCanaryUpdating, "canary: 0/2 updated and ready")
@@ -290,12 +295,8 @@ func TestPartitionN(t *testing.T) {
 // TestPartitionPercent: 50% of 5 desired nodes is 3 (rounded up, as
 // maxUnavailable percentages are).
 func TestPartitionPercent(t *testing.T) {
-	ds := newDaemonSet("foo")
-	ds.Spec.UpdateStrategy = newUpdateUnavailable(intstr.FromString("100%"))
-	tc := newTestController(t, ds)
-	oldHash := startRolled(t, tc, ds, 5)
-	setAnnotations(tc, ds, map[string]*string{rollout.Partition: str("50%")})
-	newHash := changeImage(tc, ds)
+	tc, ds, oldHash, newHash := startRollout(t, newUpdateUnavailable(intstr.FromString("100%")), 5,
+		map[string]*string{rollout.Partition: str("50%")})
 	rolloutStep(t, tc, ds, 0, 3)
 	rolloutStep(t, tc, ds, 3, 0)
 	markPodsReady(tc)
@@ -339,12 +340,8 @@ func TestCanarySelector(t *testing.T) {
 // TestPartitionWithSurge: maxSurge still bounds the update inside the
 // partition, and surge pods go to partition nodes only.
 func TestPartitionWithSurge(t *testing.T) {
-	ds := newDaemonSet("foo")
-	ds.Spec.UpdateStrategy = newUpdateSurge(intstr.FromInt32(1))
-	tc := newTestController(t, ds)
-	oldHash := startRolled(t, tc, ds, 5)
-	setAnnotations(tc, ds, map[string]*string{rollout.Partition: str("2")})
-	newHash := changeImage(tc, ds)
+	tc, ds, oldHash, newHash := startRollout(t, newUpdateSurge(intstr.FromInt32(1)), 5,
+		map[string]*string{rollout.Partition: str("2")})
 	created := rolloutStep(t, tc, ds, 1, 0)
 	if created[0].Spec.NodeName != "node-0" {
 		t.Fatalf("surge pod on %s, want node-0", created[0].Spec.NodeName)
@@ -366,12 +363,8 @@ func TestPartitionWithSurge(t *testing.T) {
 // (stored before admission checked them) hold the rollout as a pause would,
 // with a Warning event naming the problem.
 func TestInvalidRolloutAnnotationHolds(t *testing.T) {
-	ds := newDaemonSet("foo")
-	ds.Spec.UpdateStrategy = newUpdateUnavailable(intstr.FromInt32(5))
-	tc := newTestController(t, ds)
-	startRolled(t, tc, ds, 3)
-	setAnnotations(tc, ds, map[string]*string{rollout.Partition: str("some")})
-	changeImage(tc, ds)
+	tc, ds, _, _ := startRollout(t, newUpdateUnavailable(intstr.FromInt32(5)), 3,
+		map[string]*string{rollout.Partition: str("some")})
 	rolloutStep(t, tc, ds, 0, 0)
 	wantCondition(t, ds, corev1.ConditionUnknown, rollout.ReasonInvalidAnnotation, `rollout.everynode.io/partition]: Invalid value: "some"`)
 	wantEvent(t, tc, "Warning InvalidRolloutAnnotation rollout held: ")

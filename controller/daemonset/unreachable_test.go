@@ -43,6 +43,18 @@ func notReady(pod *corev1.Pod) {
 	}
 }
 
+// goAway takes the node called name down now (takeDown) and marks its pod
+// not ready, as node lifecycle would; it returns the node for bringBack.
+func goAway(t *testing.T, tc *testController, name string) *corev1.Node {
+	t.Helper()
+	o, _, _ := tc.nodeStore.GetByKey(name)
+	node := o.(*corev1.Node).DeepCopy()
+	takeDown(node, tc.clock.Now())
+	tc.nodeStore.Update(node)
+	notReady(podOn(t, tc, name))
+	return node
+}
+
 func TestNodeDown(t *testing.T) {
 	at := testStart
 	cases := []struct {
@@ -240,11 +252,7 @@ func TestUnreachableNodeRollout(t *testing.T) {
 
 	// node-2 goes away: the grace runs from its taint; the controller asks
 	// to look again when it passes.
-	o, _, _ := tc.nodeStore.GetByKey("node-2")
-	node2 := o.(*corev1.Node).DeepCopy()
-	takeDown(node2, tc.clock.Now())
-	tc.nodeStore.Update(node2)
-	notReady(podOn(t, tc, "node-2"))
+	node2 := goAway(t, tc, "node-2")
 	queuedKeys(tc)
 	rolloutStep(t, tc, ds, 0, 0)
 	if st := ds.Status; st.DesiredNumberScheduled != 4 || st.NumberAvailable != 3 {
@@ -304,11 +312,7 @@ func TestUnreachableReturnsReadyWithinBudget(t *testing.T) {
 	ds.Spec.UpdateStrategy = newUpdateUnavailable(intstr.FromInt32(1))
 	tc := storedController(t, ds)
 	startRolled(t, tc, ds, 3)
-	o, _, _ := tc.nodeStore.GetByKey("node-0")
-	node0 := o.(*corev1.Node).DeepCopy()
-	takeDown(node0, tc.clock.Now())
-	tc.nodeStore.Update(node0)
-	notReady(podOn(t, tc, "node-0"))
+	node0 := goAway(t, tc, "node-0")
 	tc.clock.Step(DefaultUnreachableGrace + time.Second)
 
 	setImage(t, tc, ds, "foo/bar:v2")
@@ -334,11 +338,7 @@ func TestUnreachableBlocksAnnotation(t *testing.T) {
 	ds.Annotations = map[string]string{rollout.UnreachableBlocks: "true"}
 	tc := storedController(t, ds)
 	startRolled(t, tc, ds, 3)
-	o, _, _ := tc.nodeStore.GetByKey("node-0")
-	node0 := o.(*corev1.Node).DeepCopy()
-	takeDown(node0, tc.clock.Now())
-	tc.nodeStore.Update(node0)
-	notReady(podOn(t, tc, "node-0"))
+	goAway(t, tc, "node-0")
 	tc.clock.Step(time.Hour)
 	rolloutStep(t, tc, ds, 0, 0)
 	if st := ds.Status; st.DesiredNumberScheduled != 3 || st.NumberAvailable != 2 {
@@ -411,11 +411,7 @@ func TestUnreachablePendingGivesWayToANewRollout(t *testing.T) {
 	ds.Spec.UpdateStrategy = newUpdateUnavailable(intstr.FromInt32(1))
 	tc := storedController(t, ds)
 	startRolled(t, tc, ds, 2)
-	o, _, _ := tc.nodeStore.GetByKey("node-1")
-	node1 := o.(*corev1.Node).DeepCopy()
-	takeDown(node1, tc.clock.Now())
-	tc.nodeStore.Update(node1)
-	notReady(podOn(t, tc, "node-1"))
+	goAway(t, tc, "node-1")
 	tc.clock.Step(time.Hour)
 
 	for i, image := range []string{"foo/bar:v2", "foo/bar:v3"} {

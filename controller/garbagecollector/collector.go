@@ -99,13 +99,7 @@ func New(cfg Config) (_ *Collector, err error) {
 		c.resync = DefaultResyncInterval
 	}
 	c.queue = workers.NewQueue[item](c.clock)
-	// The queue's goroutine starts now and stops with ShutDown, which Run
-	// calls; if New fails there is no Run, so New stops it.
-	defer func() {
-		if err != nil {
-			c.queue.ShutDown()
-		}
-	}()
+	defer workers.ShutDownOnError(c.queue, &err)
 	c.informers = informer.NewSet(cfg.Informers, cfg.Client)
 	for _, r := range append(append([]*resources.Resource(nil), dependentResources...), ownerResources...) {
 		idx := cache.Indexers{ownerUIDIndex: indexOwnerUIDs}

@@ -125,13 +125,7 @@ func New(cfg Config) (_ *Controller, err error) {
 	c.events = record.NewBroadcaster(cfg.Client, record.Options{Logger: c.logger, Clock: c.clock})
 	c.recorder = c.events.NewRecorder(corev1.EventSource{Component: Component})
 	c.queue = workers.NewQueue[string](c.clock)
-	// The queue's goroutine starts now and stops with ShutDown, which Run
-	// calls; if New fails there is no Run, so New stops it.
-	defer func() {
-		if err != nil {
-			c.queue.ShutDown()
-		}
-	}()
+	defer workers.ShutDownOnError(c.queue, &err)
 	c.informers = informer.NewSet(cfg.Informers, cfg.Client)
 	nodeInf, err := c.informers.Add(resources.Nodes, nil)
 	if err != nil {

@@ -90,13 +90,7 @@ func New(cfg Config) (_ *Controller, err error) {
 		c.resync = DefaultResyncInterval
 	}
 	c.queue = workers.NewQueue[string](c.clock)
-	// The queue's goroutine starts now and stops with ShutDown, which Run
-	// calls; if New fails there is no Run, so New stops it.
-	defer func() {
-		if err != nil {
-			c.queue.ShutDown()
-		}
-	}()
+	defer workers.ShutDownOnError(c.queue, &err)
 	c.informers = informer.NewSet(cfg.Informers, cfg.Client)
 	nsInf, err := c.informers.Add(resources.Namespaces, nil)
 	if err != nil {

@@ -14,7 +14,6 @@ import (
 
 	"github.com/everynode/everynode/client"
 	"github.com/everynode/everynode/client/fake"
-	"github.com/everynode/everynode/controller/internal/informer"
 	"github.com/everynode/everynode/internal/testkit"
 	"github.com/everynode/everynode/resources"
 )
@@ -198,17 +197,4 @@ func TestSyncSkips(t *testing.T) {
 	if a := fc.Actions(); len(a) != 0 {
 		t.Errorf("actions %v, want none", a)
 	}
-}
-
-// TestNewFailureLeavesNoGoroutine: New fails when the shared informers
-// already run, and then stops the work queue it had started.
-func TestNewFailureLeavesNoGoroutine(t *testing.T) {
-	checkLeaks := testkit.LeakCheck(t)
-	fc := fake.New()
-	shared := informer.NewShared(fc)
-	shared.Run(context.Background()) // no informers: marks the set running and returns
-	if _, err := New(Config{Client: fc, Informers: shared}); err == nil {
-		t.Fatal("New succeeded over shared informers that already run")
-	}
-	checkLeaks()
 }

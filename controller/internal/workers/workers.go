@@ -20,6 +20,16 @@ func NewQueue[K comparable](clk clock.WithTicker) workqueue.TypedRateLimitingInt
 		workqueue.TypedRateLimitingQueueConfig[K]{Clock: clk})
 }
 
+// ShutDownOnError shuts queue down if *err is set. A constructor defers it
+// right after NewQueue, with its named error result: the queue's goroutine
+// runs until ShutDown, which Run calls, and a constructor that fails leaves
+// no Run to call it.
+func ShutDownOnError(queue interface{ ShutDown() }, err *error) {
+	if *err != nil {
+		queue.ShutDown()
+	}
+}
+
 // ProcessNext takes one key from queue and passes it to sync. A failed key is
 // requeued rate-limited and reported to onError (unless ctx has ended, when
 // failures are expected and not reported); a synced key's rate-limit history

@@ -102,3 +102,20 @@ func TestEvery(t *testing.T) {
 	cancel()
 	wg.Wait()
 }
+
+func TestShutDownOnError(t *testing.T) {
+	for _, failure := range []error{nil, errors.New("constructor failed")} {
+		q := newQueue()
+		construct := func() (err error) {
+			defer ShutDownOnError(q, &err)
+			return failure
+		}
+		if err := construct(); err != failure {
+			t.Fatalf("construct = %v, want %v", err, failure)
+		}
+		if got, want := q.ShuttingDown(), failure != nil; got != want {
+			t.Errorf("constructor returning %v: queue shutting down = %v, want %v", failure, got, want)
+		}
+		q.ShutDown()
+	}
+}

@@ -138,10 +138,17 @@ func (n *node) logger() *slog.Logger {
 // test ends). source nil: the API's pods.
 func (n *node) start(source nodeagent.PodSource) (*nodeagent.Agent, func()) {
 	n.t.Helper()
-	a, err := nodeagent.New(nodeagent.Config{
-		NodeName: n.name, NodeIP: "127.0.0.1", Client: n.api, Runtime: n.rt, Logger: n.logger(),
-		DataDir: n.t.TempDir(), Source: source, RelistPeriod: 200 * time.Millisecond, ResyncPeriod: time.Second,
-	})
+	return n.run(nodeagent.Config{Client: n.api, DataDir: n.t.TempDir(), Source: source}, true)
+}
+
+// run runs an agent with cfg, given the node's name, IP, runtime and logger
+// and short relist and resync periods, until the returned stop is called (or
+// the test ends). With checkRun, an error from Run fails the test.
+func (n *node) run(cfg nodeagent.Config, checkRun bool) (*nodeagent.Agent, func()) {
+	n.t.Helper()
+	cfg.NodeName, cfg.NodeIP, cfg.Runtime, cfg.Logger = n.name, "127.0.0.1", n.rt, n.logger()
+	cfg.RelistPeriod, cfg.ResyncPeriod = 200*time.Millisecond, time.Second
+	a, err := nodeagent.New(cfg)
 	if err != nil {
 		n.t.Fatal(err)
 	}
@@ -154,7 +161,7 @@ func (n *node) start(source nodeagent.PodSource) (*nodeagent.Agent, func()) {
 			cancel()
 			select {
 			case err := <-done:
-				if err != nil {
+				if checkRun && err != nil {
 					n.t.Errorf("agent %s: Run: %v", n.name, err)
 				}
 			case <-time.After(30 * time.Second):

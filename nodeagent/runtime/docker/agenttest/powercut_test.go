@@ -5,64 +5,16 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/watch"
 
-	"github.com/everynode/everynode/client"
 	clientfake "github.com/everynode/everynode/client/fake"
 	"github.com/everynode/everynode/internal/testkit"
 	"github.com/everynode/everynode/nodeagent"
 	"github.com/everynode/everynode/nodeagent/runtime"
-	"github.com/everynode/everynode/resources"
 )
-
-// cuttableAPIFake is the fake API behind a link that can be cut: every call
-// fails as an unreachable server's would, and open watches end.
-type cuttableAPIFake struct {
-	*clientfake.Client
-	mu      sync.Mutex
-	down    bool
-	watches []watch.Interface
-}
-
-func (c *cuttableAPIFake) Watch(ctx context.Context, r *resources.Resource, ns string, opts client.ListOptions) (watch.Interface, error) {
-	w, err := c.Client.Watch(ctx, r, ns, opts)
-	if err != nil {
-		return nil, err
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.down {
-		w.Stop()
-	} else {
-		c.watches = append(c.watches, w)
-	}
-	return w, nil
-}
-
-func (c *cuttableAPIFake) cut() {
-	c.Client.Fail("*", "*", apierrors.NewServiceUnavailable("test: the API server is unreachable"))
-	c.mu.Lock()
-	c.down = true
-	ws := c.watches
-	c.watches = nil
-	c.mu.Unlock()
-	for _, w := range ws {
-		w.Stop()
-	}
-}
-
-func (c *cuttableAPIFake) restore() {
-	c.mu.Lock()
-	c.down = false
-	c.mu.Unlock()
-	c.Client.Fail("*", "*", nil)
-}
 
 // TestPowerCutWithServerDown simulates a node's reboot while the server is
 // unreachable: the agent is stopped, every container of the node is removed
@@ -72,7 +24,7 @@ func (c *cuttableAPIFake) restore() {
 // no duplicates and no needless restarts.
 func TestPowerCutWithServerDown(t *testing.T) {
 	t.Parallel()
-	api := &cuttableAPIFake{Client: clientfake.New()}
+	api := &clientfake.Cuttable{Client: clientfake.New()}
 	n := newNode(t, "powercut", api.Client)
 	n.seed(n.pod("app", "-exit-after", "-1ns"))
 	manifests, dataDir := t.TempDir(), t.TempDir()
@@ -81,28 +33,7 @@ func TestPowerCutWithServerDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := func() func() {
-		a, err := nodeagent.New(nodeagent.Config{
-			NodeName: n.name, NodeIP: "127.0.0.1", Client: api, Runtime: n.rt, Logger: n.logger(),
-			DataDir: dataDir, ManifestDir: manifests, RelistPeriod: 200 * time.Millisecond, ResyncPeriod: time.Second,
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- a.Run(ctx) }()
-		var once sync.Once
-		stop := func() {
-			once.Do(func() {
-				cancel()
-				select {
-				case <-done:
-				case <-time.After(30 * time.Second):
-					t.Errorf("agent did not stop")
-				}
-			})
-		}
-		t.Cleanup(stop)
+		_, stop := n.run(nodeagent.Config{Client: api, DataDir: dataDir, ManifestDir: manifests}, false)
 		return stop
 	}
 	pods := []string{"app", "edge-" + n.name}
@@ -141,7 +72,7 @@ func TestPowerCutWithServerDown(t *testing.T) {
 	}
 
 	// The power cut: server unreachable, agent gone, every container gone.
-	api.cut()
+	api.Cut()
 	stop()
 	all, err := n.rt.ListContainers(context.Background(), nil)
 	if err != nil {
@@ -165,7 +96,7 @@ func TestPowerCutWithServerDown(t *testing.T) {
 
 	// The server returns: the pods are reported with the containers that
 	// run, and nothing is created or restarted for it.
-	api.restore()
+	api.Restore()
 	for _, p := range pods {
 		n.wait(p, "reported running with the new container", 30*time.Second, func(pod *corev1.Pod) bool {
 			return running(pod) && pod.Status.ContainerStatuses[0].ContainerID == "docker://"+ids[p]

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -37,7 +36,7 @@ func TestConfigMapVolumeOnDocker(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "sec"},
 		Data:       map[string][]byte{"token": []byte("s3cret")},
 	}
-	api := &cuttableAPIFake{Client: clientfake.New(cm, sec)}
+	api := &clientfake.Cuttable{Client: clientfake.New(cm, sec)}
 	n := newNode(t, "volumes", api.Client)
 	p := n.pod("reader", "-exit-after", "-1ns")
 	p.Spec.Volumes = []corev1.Volume{{Name: "cfg", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
@@ -49,28 +48,7 @@ func TestConfigMapVolumeOnDocker(t *testing.T) {
 	n.seed(p)
 	dataDir := t.TempDir()
 	start := func() func() {
-		a, err := nodeagent.New(nodeagent.Config{
-			NodeName: n.name, NodeIP: "127.0.0.1", Client: api, Runtime: n.rt, Logger: n.logger(),
-			DataDir: dataDir, RelistPeriod: 200 * time.Millisecond, ResyncPeriod: time.Second,
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- a.Run(ctx) }()
-		var once sync.Once
-		stop := func() {
-			once.Do(func() {
-				cancel()
-				select {
-				case <-done:
-				case <-time.After(30 * time.Second):
-					t.Errorf("agent did not stop")
-				}
-			})
-		}
-		t.Cleanup(stop)
+		_, stop := n.run(nodeagent.Config{Client: api, DataDir: dataDir}, false)
 		return stop
 	}
 	// cat reads a file from inside the pod's running container.
@@ -121,7 +99,7 @@ func TestConfigMapVolumeOnDocker(t *testing.T) {
 	}
 
 	// Power cut: server unreachable, agent stopped, containers gone.
-	api.cut()
+	api.Cut()
 	stop()
 	for _, c := range n.containers(p) {
 		if err := n.rt.RemoveContainer(context.Background(), c.ID); err != nil {
