@@ -190,15 +190,22 @@ func Start(ctx context.Context, cfg Config) (_ *Agent, err error) {
 		}
 	}()
 	// Every server announces its API URL in gossip: when cfg.Server dies
-	// the client fails over to another (docs/ha.md).
+	// the client fails over to another, and one gossip declares dead is
+	// tried last (docs/ha.md).
 	servers := func() []string {
 		if m := a.memberOf(); m != nil {
 			return gossip.ServerAPIs(m.Members())
 		}
 		return nil
 	}
+	down := func() []string {
+		if m := a.memberOf(); m != nil {
+			return gossip.DeadServerAPIs(m.Members())
+		}
+		return nil
+	}
 	if a.api, err = client.NewHTTP(client.Config{Server: cfg.Server, CAPEM: []byte(creds.CAPEM), Token: creds.NodeToken,
-		UserAgent: cfg.UserAgent, Logger: log.With("component", "client"), Servers: servers}); err != nil {
+		UserAgent: cfg.UserAgent, Logger: log.With("component", "client"), Servers: servers, Down: down}); err != nil {
 		return nil, err
 	}
 	nodeOpts := cfg.Node
