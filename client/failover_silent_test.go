@@ -106,11 +106,21 @@ func (b *blackHole) close() {
 //   - gossip: the silent server is known dead (as an agent's gossip
 //     declares it) and still accepts connections that stay silent: the
 //     very next request goes to the other server.
+//   - slow: a live server that takes longer to answer than a silent one
+//     takes to be given up is not left: the answer is its own.
 //
 // The times are logged (docs/ha.md), not asserted.
 func TestFailoverSilentServer(t *testing.T) {
 	serve := func(name string) *httptest.Server {
 		s := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/slow" {
+				// Longer than a ping and its timeout.
+				select {
+				case <-time.After(DefaultPingAfter + DefaultPingTimeout + time.Second):
+				case <-r.Context().Done():
+					return
+				}
+			}
 			io.WriteString(w, name)
 		}))
 		s.EnableHTTP2 = true
@@ -178,5 +188,18 @@ func TestFailoverSilentServer(t *testing.T) {
 		cut := time.Now()
 		answer(t, h, "the first request once the silent server is known dead")
 		t.Logf("requests moved to the other server %s after it was known dead", time.Since(cut).Round(time.Millisecond))
+	})
+
+	t.Run("slow", func(t *testing.T) {
+		h, _, _ := start(t, false)
+		began := time.Now()
+		got, err := h.RawGet(ctx, "/slow")
+		if err != nil || string(got) != "a" {
+			t.Fatalf("slow answer: %q, %v; want the first server's", got, err)
+		}
+		if h.Current() == b.URL {
+			t.Fatalf("moved to the other server on a slow answer")
+		}
+		t.Logf("a slow answer came from the first server after %s", time.Since(began).Round(10*time.Millisecond))
 	})
 }
