@@ -82,8 +82,10 @@ func (f *Failover) RoundTrip(req *http.Request) (*http.Response, error) {
 	return f.failover(req, cur, "", down, nil)
 }
 
-// failover sends req to the servers other than tried, live ones first,
-// until one can be reached; it returns the first error when none can.
+// failover sends req to the servers other than tried (cur when req was
+// sent there already, else empty): cur first, then the others, the known
+// dead last, until one can be reached; it stops at an error that is not a
+// failed dial (the request may have arrived) and returns the first error.
 // The request's own body is sent only when tried is empty: each other
 // attempt reads it anew from GetBody.
 func (f *Failover) failover(req *http.Request, cur, tried string, down []string, err error) (*http.Response, error) {
