@@ -65,6 +65,20 @@ func (o GossipOptions) NodeStatusPeriod() time.Duration {
 	return 0
 }
 
+// APIPing is when the agent pings its silent API connection and how long it
+// waits for the answer (client.Config.PingAfter, PingTimeout): zero
+// (client.DefaultPingAfter and DefaultPingTimeout, 1 s each, like the
+// server's own pings: a partitioned server is left in about 3 s) but 3 s
+// and 2 s for wan, whose links are slow and metered and whose gossip takes
+// about 38 s: a ping every second of silence would cost an idle agent
+// about 35 B/s each way.
+func (o GossipOptions) APIPing() (after, timeout time.Duration) {
+	if o.Profile == gossip.ProfileWAN {
+		return 3 * time.Second, 2 * time.Second
+	}
+	return 0, 0
+}
+
 // MemberConfig is the gossip.Config of these options for a member named
 // name. advertiseIP is advertised when Addr binds every interface.
 func (o GossipOptions) MemberConfig(name string, key []byte, meta gossip.Meta, advertiseIP string, log *slog.Logger) gossip.Config {
@@ -190,15 +204,24 @@ func Start(ctx context.Context, cfg Config) (_ *Agent, err error) {
 		}
 	}()
 	// Every server announces its API URL in gossip: when cfg.Server dies
-	// the client fails over to another (docs/ha.md).
+	// the client fails over to another, and one gossip declares dead is
+	// tried last (docs/ha.md).
 	servers := func() []string {
 		if m := a.memberOf(); m != nil {
 			return gossip.ServerAPIs(m.Members())
 		}
 		return nil
 	}
+	down := func() []string {
+		if m := a.memberOf(); m != nil {
+			return gossip.DeadServerAPIs(m.Members())
+		}
+		return nil
+	}
+	pingAfter, pingTimeout := cfg.Gossip.APIPing()
 	if a.api, err = client.NewHTTP(client.Config{Server: cfg.Server, CAPEM: []byte(creds.CAPEM), Token: creds.NodeToken,
-		UserAgent: cfg.UserAgent, Logger: log.With("component", "client"), Servers: servers}); err != nil {
+		UserAgent: cfg.UserAgent, Logger: log.With("component", "client"), Servers: servers, Down: down,
+		PingAfter: pingAfter, PingTimeout: pingTimeout}); err != nil {
 		return nil, err
 	}
 	nodeOpts := cfg.Node

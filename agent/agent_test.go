@@ -23,3 +23,13 @@ func TestNodeStatusPeriodOfProfile(t *testing.T) {
 		}
 	}
 }
+
+func TestAPIPingOfProfile(t *testing.T) {
+	for profile, want := range map[string][2]time.Duration{
+		"": {}, gossip.ProfileLAN: {}, gossip.ProfileLocal: {}, gossip.ProfileWAN: {3 * time.Second, 2 * time.Second},
+	} {
+		if after, timeout := (GossipOptions{Profile: profile}).APIPing(); after != want[0] || timeout != want[1] {
+			t.Errorf("profile %q: APIPing %v, %v, want %v, %v", profile, after, timeout, want[0], want[1])
+		}
+	}
+}

@@ -52,19 +52,40 @@ type Config struct {
 	// read again at each failover): requests move to one of them when
 	// Server cannot be reached (Failover).
 	Servers func() []string
+	// Down, when set with Servers, returns the base URLs of servers known
+	// to be dead (an agent's gossip view), read at each request: they are
+	// tried after the others, so a request does not wait for a dial to a
+	// dead server to time out.
+	Down func() []string
+	// PingAfter and PingTimeout pace the health check of a failover
+	// client's own connections (Servers set, Transport not): a connection
+	// silent for PingAfter is pinged and closed when the answer takes
+	// longer than PingTimeout. Zero means DefaultPingAfter and
+	// DefaultPingTimeout; slow links (the wan gossip profile) ping less
+	// often.
+	PingAfter, PingTimeout time.Duration
 }
 
 // failoverDialTimeout bounds connecting to a server when Config.Servers
-// offers others to fail over to: a dead host is given up on quickly.
-const failoverDialTimeout = 2 * time.Second
+// offers others to fail over to: a host that does not answer is given up
+// on quickly. A TCP handshake is answered by the server's kernel, however
+// busy its process, in one round trip; the bound still outlasts the first
+// retransmission of a lost SYN (1 s on Linux), so one lost packet does
+// not move the client.
+const failoverDialTimeout = 1500 * time.Millisecond
 
-// failoverPingAfter and failoverPingTimeout are the health check of a
-// failover client's connections: after failoverPingAfter without a frame
+// DefaultPingAfter and DefaultPingTimeout are the health check of a
+// failover client's connections: after DefaultPingAfter without a frame
 // from the server a ping is sent, and the connection is closed when its
-// answer takes longer than failoverPingTimeout (a partitioned server).
+// answer takes longer than DefaultPingTimeout (a partitioned server), as
+// the server paces its own pings. The server's HTTP/2 layer answers a
+// ping at once, however long its handlers take, so a slow answer never
+// closes the connection; a ping answered late by a live but starved
+// server costs a reconnection to that same server (the dial succeeds),
+// not a failover.
 const (
-	failoverPingAfter   = 3 * time.Second
-	failoverPingTimeout = 2 * time.Second
+	DefaultPingAfter   = time.Second
+	DefaultPingTimeout = time.Second
 )
 
 // DefaultTimeout bounds a non-watch request when Config.Timeout is zero: long
@@ -129,12 +150,19 @@ func NewHTTP(cfg Config) (*HTTP, error) {
 		if cfg.Transport == nil {
 			tr.DialContext = (&net.Dialer{Timeout: failoverDialTimeout, KeepAlive: 15 * time.Second}).DialContext
 			// A server cut off the network sends nothing, not even a
-			// reset: a connection silent for failoverPingAfter is pinged
-			// and closed when no answer comes, so the next request dials
+			// reset: a connection silent for PingAfter is pinged and
+			// closed when no answer comes, so the next request dials
 			// afresh and fails over.
-			tr.HTTP2 = &http.HTTP2Config{SendPingTimeout: failoverPingAfter, PingTimeout: failoverPingTimeout}
+			after, timeout := cfg.PingAfter, cfg.PingTimeout
+			if after <= 0 {
+				after = DefaultPingAfter
+			}
+			if timeout <= 0 {
+				timeout = DefaultPingTimeout
+			}
+			tr.HTTP2 = &http.HTTP2Config{SendPingTimeout: after, PingTimeout: timeout}
 		}
-		fo, err := NewFailover(h.hc.Transport, cfg.Server, cfg.Servers)
+		fo, err := NewFailover(h.hc.Transport, cfg.Server, cfg.Servers, cfg.Down)
 		if err != nil {
 			return nil, err
 		}

@@ -30,6 +30,18 @@ func ServerAPIs(members []MemberInfo) []string {
 	return out
 }
 
+// DeadServerAPIs are the API URLs announced by the server members among
+// members that are dead or left: an agent tries them last.
+func DeadServerAPIs(members []MemberInfo) []string {
+	var out []string
+	for _, mi := range members {
+		if mi.Meta.Role == RoleServer && (mi.State == Dead || mi.State == Left) && mi.Meta.APIAddr != "" {
+			out = append(out, mi.Meta.APIAddr)
+		}
+	}
+	return out
+}
+
 // KeepJoined joins seeds until it reaches one, then checks every interval
 // that some server is still a live member and joins the seeds again if not
 // (a restarted server forgets its agents; they find it again this way). It
