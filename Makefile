@@ -44,7 +44,7 @@ HELM_VERSION ?= v3.22.0
 TOOLS        ?= $(CURDIR)/bin/tools
 
 test: $(TOOLS)/helm-$(HELM_VERSION)
-	EVERYNODE_HELM=$(TOOLS)/helm-$(HELM_VERSION) $(GO) test -race -count=1 -timeout 30m $(PKGS)
+	EVERYNODE_HELM=$(TOOLS)/helm-$(HELM_VERSION) $(GO) test -race -count=1 -timeout 45m $(PKGS)
 
 $(TOOLS)/helm-$(HELM_VERSION):
 	@mkdir -p $(TOOLS)/helm-build
