@@ -205,16 +205,29 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		res.AgentsRSSMB, res.AgentsAnonMB = m.rss, m.anon
 	}
 
-	log.Info("etcd floor: replaying the convergence writes straight to etcd", "writes", res.Writes.Total)
-	floor, err := srv.replay(ctx, res.Writes.seqs)
+	pods := floorWork(res.Writes.seqs)
+	log.Info("etcd floor: one create and one status update per pod, straight to etcd", "pods", len(pods))
+	floor, conc, trials, err := srv.fixedFloor(ctx, pods)
 	if err != nil {
 		return nil, err
 	}
-	res.EtcdFloorS = floor.Seconds()
+	res.EtcdFloorS, res.EtcdFloorConcurrency = floor.Seconds(), conc
+	for _, c := range floorConcurrencies(len(pods)) {
+		res.EtcdFloorTrials = append(res.EtcdFloorTrials, FloorTrial{Writers: c, S: trials[c]})
+	}
 	if res.EtcdFloorS > 0 {
 		res.Ratio = res.ConvergeS / res.EtcdFloorS
 	}
-	log.Info("floor", "s", res.EtcdFloorS, "ratio", res.Ratio)
+	log.Info("etcd floor: replaying the convergence writes straight to etcd", "writes", res.Writes.Total)
+	replay, err := srv.replay(ctx, res.Writes.seqs)
+	if err != nil {
+		return nil, err
+	}
+	res.EtcdReplayS = replay.Seconds()
+	if res.EtcdReplayS > 0 {
+		res.ReplayRatio = res.ConvergeS / res.EtcdReplayS
+	}
+	log.Info("floor", "s", res.EtcdFloorS, "writers", conc, "ratio", res.Ratio, "replay_s", res.EtcdReplayS, "replay_ratio", res.ReplayRatio)
 	// Every pod status write of convergence has answered by now; the floor
 	// made none.
 	if err := fl.record(ctx, false); err != nil {
