@@ -160,6 +160,9 @@ type Result struct {
 	AgentsRolloutCPUS  float64 `json:"agents_rollout_cpu_s,omitempty"`
 	// Writes are the etcd writes convergence made (replayed for the floor).
 	Writes WriteStats `json:"writes"`
+	// RolloutWrites are the etcd writes of the rollout (Config.Rollout),
+	// per node in its per-pod figures; pod updates include deletes.
+	RolloutWrites *WriteStats `json:"rollout_writes,omitempty"`
 	// FalseNotReady counts Ready→not-Ready transitions of simulated nodes
 	// that were not killed, over WatchedS seconds (from all Nodes Ready to
 	// the end of the run, under the benchmark's own CPU load).

@@ -18,6 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/watch"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/everynode/everynode/client"
 	"github.com/everynode/everynode/gossip"
 	"github.com/everynode/everynode/resources"
@@ -254,10 +256,24 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 
 	if cfg.Rollout {
 		cpu0, acpu0 := cpuSeconds(), agentsCPU()
+		before, err := srv.etcd.Get(ctx, "/", clientv3.WithCountOnly())
+		if err != nil {
+			return nil, fmt.Errorf("bench: etcd revision: %w", err)
+		}
 		if res.RolloutS, err = rollout(ctx, srv, cfg.Nodes, cfg.Timeout); err != nil {
 			return nil, err
 		}
 		res.RolloutCPUS, res.AgentsRolloutCPUS = cpuSeconds()-cpu0, agentsCPU()-acpu0
+		after, err := srv.etcd.Get(ctx, "/", clientv3.WithCountOnly())
+		if err != nil {
+			return nil, fmt.Errorf("bench: etcd revision: %w", err)
+		}
+		ws, err := collectWrites(ctx, srv.etcd, before.Header.Revision, after.Header.Revision)
+		if err != nil {
+			return nil, err
+		}
+		ws.summariseRollout(cfg.Nodes)
+		res.RolloutWrites = &ws
 		log.Info("rolled out", "s", res.RolloutS)
 	}
 	if cfg.Detect && useGossip {

@@ -215,6 +215,16 @@ func (ws *WriteStats) summarise() {
 	}
 }
 
+// summariseRollout fills in the per-pod figures of a rollout's writes, per
+// node (each node's pod replaced once).
+func (ws *WriteStats) summariseRollout(nodes int) {
+	ws.Keys = len(ws.seqs)
+	if nodes > 0 {
+		ws.KeysPerPod = float64(ws.Keys) / float64(nodes)
+		ws.WritesPerPod = float64(ws.Total) / float64(nodes)
+	}
+}
+
 // replay issues the same writes (same keys under another prefix, same value
 // sizes, creates as create-if-absent transactions) straight to etcd, one
 // writer per key as the agents and controllers are, and returns how long

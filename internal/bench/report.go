@@ -135,6 +135,13 @@ func Render(w io.Writer, rep Report) {
 		}
 		return countList(r.Writes.EventReasons)
 	})
+	row("etcd writes of the rollout (pod creates / other pod writes / DaemonSet / other); per node: keys / writes; Events by reason", "", "", func(r Result) string {
+		w := r.RolloutWrites
+		if w == nil {
+			return "–"
+		}
+		return fmt.Sprintf("%d (%d / %d / %d / %d); %.2f / %.2f; %s", w.Total, w.PodCreates, w.PodUpdates, w.DaemonSetWrites, w.Other, w.KeysPerPod, w.WritesPerPod, countList(w.EventReasons))
+	})
 	row("**rollout_s** (image update, maxUnavailable 10%)", "≤ 10 s at 1,000", "", num(func(r Result) float64 { return r.RolloutS }, 2))
 	row("**rollout_reachable_s** (image update, maxUnavailable 10%, N % of the nodes stopped mid-rollout → every reachable node runs it)", "", "", func(r Result) string {
 		switch {
