@@ -128,6 +128,15 @@ func (i *instrumentedStore) List(ctx context.Context, r *resources.Resource, nam
 	return i.st.List(ctx, r, namespace, sel)
 }
 
+// ListCached and GetCached read the watch cache, not etcd: not timed.
+func (i *instrumentedStore) ListCached(ctx context.Context, r *resources.Resource, namespace string, sel store.Selector) ([]resources.Object, int64, error) {
+	return i.st.ListCached(ctx, r, namespace, sel)
+}
+
+func (i *instrumentedStore) GetCached(ctx context.Context, r *resources.Resource, namespace, name string) (resources.Object, error) {
+	return i.st.GetCached(ctx, r, namespace, name)
+}
+
 func (i *instrumentedStore) Watch(ctx context.Context, r *resources.Resource, namespace string, rv int64, sel store.Selector) (watch.Interface, error) {
 	defer i.done("watch", r, time.Now())
 	return i.st.Watch(ctx, r, namespace, rv, sel)

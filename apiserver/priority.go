@@ -18,7 +18,10 @@ func (s *Server) admitPodPriority(ctx context.Context, obj resources.Object) err
 	if _, ok := obj.(*corev1.Pod); !ok {
 		return nil
 	}
-	items, _, err := s.store.List(ctx, resources.PriorityClasses, "", store.Selector{})
+	// From the watch cache, as Kubernetes' Priority admission reads an
+	// informer cache: it reflects every PriorityClass write this server
+	// made (see store.ListCached).
+	items, _, err := s.store.ListCached(ctx, resources.PriorityClasses, "", store.Selector{})
 	if err != nil {
 		return fmt.Errorf("failed to resolve PriorityClass: %w", err)
 	}

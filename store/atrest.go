@@ -420,6 +420,7 @@ func (s *Store) reencryptSecrets(ctx context.Context) (int, error) {
 				return n, err
 			}
 			if tx.Succeeded {
+				s.noteWritten(r, tx.Header.Revision)
 				n++
 				break
 			}

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -102,6 +103,10 @@ type cache struct {
 	atRest      *atRest // decrypts Secrets
 	lg          *slog.Logger
 	watchBuffer int
+
+	// written is the highest revision of a write to r this process's
+	// Store has completed (see ListCached).
+	written atomic.Int64
 
 	mu      sync.RWMutex
 	objects map[string]*entry

@@ -50,6 +50,7 @@ func (s *Store) Create(ctx context.Context, r *resources.Resource, obj resources
 	if !resp.Succeeded {
 		return nil, newError(AlreadyExists, r, ns, name, nil)
 	}
+	s.noteWritten(r, resp.Header.Revision)
 	out.SetResourceVersion(formatRV(resp.Header.Revision))
 	return out, nil
 }
@@ -142,6 +143,7 @@ func (s *Store) casPut(ctx context.Context, r *resources.Resource, key, ns, name
 		return 0, nil, newError(Internal, r, ns, name, fmt.Errorf("store: update %s: %w", key, err))
 	}
 	if resp.Succeeded {
+		s.noteWritten(r, resp.Header.Revision)
 		return resp.Header.Revision, nil, nil
 	}
 	kvs := resp.Responses[0].GetResponseRange().GetKvs()
@@ -263,6 +265,7 @@ func (s *Store) Delete(ctx context.Context, r *resources.Resource, namespace, na
 			return nil, newError(Internal, r, namespace, name, fmt.Errorf("store: delete %s: %w", key, err))
 		}
 		if resp.Succeeded {
+			s.noteWritten(r, resp.Header.Revision)
 			cur.SetResourceVersion(formatRV(resp.Header.Revision))
 			return cur, nil
 		}

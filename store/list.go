@@ -24,6 +24,23 @@ const freshTimeout = 10 * time.Second
 // keeps no objects (see keepsObjects), List reads them from etcd at the
 // list's resourceVersion.
 func (s *Store) List(ctx context.Context, r *resources.Resource, namespace string, sel Selector) ([]resources.Object, int64, error) {
+	return s.list(ctx, r, namespace, sel, s.waitFresh)
+}
+
+// ListCached is List without the linearizable read of etcd's revision: it
+// waits only until the watch cache has applied every write to r that this
+// Store completed before the call, so it reflects this process's own writes
+// (every write, when one server is the only writer) but may miss the last
+// milliseconds of other servers' writes to r, as Kubernetes' admission
+// plugins, which read informer caches, may. It answers without a round trip
+// to etcd when the cache is up to date (for a resource written rarely, such
+// as Namespaces or PriorityClasses, almost always).
+func (s *Store) ListCached(ctx context.Context, r *resources.Resource, namespace string, sel Selector) ([]resources.Object, int64, error) {
+	return s.list(ctx, r, namespace, sel, s.waitWritten)
+}
+
+// list serves List and ListCached once wait has returned.
+func (s *Store) list(ctx context.Context, r *resources.Resource, namespace string, sel Selector, wait func(context.Context, *cache) error) ([]resources.Object, int64, error) {
 	c, err := s.cacheFor(r)
 	if err != nil {
 		return nil, 0, err
@@ -34,7 +51,7 @@ func (s *Store) List(ctx context.Context, r *resources.Resource, namespace strin
 	if !r.Namespaced {
 		namespace = ""
 	}
-	if err := s.waitFresh(ctx, c); err != nil {
+	if err := wait(ctx, c); err != nil {
 		return nil, 0, err
 	}
 	m := newMatcher(r, namespace, sel)
@@ -88,9 +105,62 @@ func (s *Store) waitFresh(ctx context.Context, c *cache) error {
 	return nil
 }
 
+// waitWritten waits until c has applied every write to its resource this
+// Store completed before the call.
+func (s *Store) waitWritten(ctx context.Context, c *cache) error {
+	wctx, cancel := context.WithTimeout(ctx, freshTimeout)
+	defer cancel()
+	if err := c.waitRev(wctx, c.written.Load()); err != nil {
+		return newError(Internal, c.r, "", "", fmt.Errorf("store: %w", err))
+	}
+	return nil
+}
+
+// noteWritten records that a write to r completed at revision rev.
+func (s *Store) noteWritten(r *resources.Resource, rev int64) {
+	c := s.caches[r.Name]
+	if c == nil {
+		return
+	}
+	for {
+		old := c.written.Load()
+		if rev <= old || c.written.CompareAndSwap(old, rev) {
+			return
+		}
+	}
+}
+
 // sortObjects orders objects by namespace, then name.
 func sortObjects(items []resources.Object) {
 	slices.SortFunc(items, func(a, b resources.Object) int {
 		return cmp.Or(cmp.Compare(a.GetNamespace(), b.GetNamespace()), cmp.Compare(a.GetName(), b.GetName()))
 	})
+}
+
+// GetCached returns one object from the watch cache, with ListCached's
+// freshness: every write to r this Store completed before the call is
+// reflected. The object is shared with the cache and READ-ONLY. For a
+// resource whose cache keeps no objects it is Get.
+func (s *Store) GetCached(ctx context.Context, r *resources.Resource, namespace, name string) (resources.Object, error) {
+	c, err := s.cacheFor(r)
+	if err != nil {
+		return nil, err
+	}
+	key, err := keyOf(r, namespace, name)
+	if err != nil {
+		return nil, err
+	}
+	if !c.keepObjects {
+		return s.Get(ctx, r, namespace, name)
+	}
+	if err := s.waitWritten(ctx, c); err != nil {
+		return nil, err
+	}
+	c.mu.RLock()
+	e := c.objects[key]
+	c.mu.RUnlock()
+	if e == nil {
+		return nil, newError(NotFound, r, namespace, name, nil)
+	}
+	return e.obj, nil
 }

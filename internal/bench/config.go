@@ -116,6 +116,13 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// FloorTrial is one trial of the fixed floor: Writers concurrent writers
+// took S seconds.
+type FloorTrial struct {
+	Writers int     `json:"writers"`
+	S       float64 `json:"s"`
+}
+
 // Result is what a run measured. Durations are seconds, sizes MiB; zero
 // means not measured (see Notes).
 type Result struct {
@@ -127,10 +134,21 @@ type Result struct {
 	LoadAvgEnd    string    `json:"loadavg_end"`
 
 	// RegisterS: agents started → every Node registered and Ready.
-	RegisterS  float64 `json:"register_s"`
-	EtcdFloorS float64 `json:"etcd_floor_s"`
-	ConvergeS  float64 `json:"converge_s"`
-	Ratio      float64 `json:"ratio"`
+	RegisterS float64 `json:"register_s"`
+	// EtcdFloorS is the floor fixed by the work: one create and one status
+	// update per pod, of the sizes convergence wrote, straight to the same
+	// etcd at the best of several concurrencies (EtcdFloorTrials, the best
+	// EtcdFloorConcurrency writers). Ratio = ConvergeS / EtcdFloorS.
+	EtcdFloorS           float64      `json:"etcd_floor_s"`
+	EtcdFloorConcurrency int          `json:"etcd_floor_writers"`
+	EtcdFloorTrials      []FloorTrial `json:"etcd_floor_trials,omitempty"`
+	ConvergeS            float64      `json:"converge_s"`
+	Ratio                float64      `json:"ratio"`
+	// EtcdReplayS replays the writes convergence actually made (Writes:
+	// every key, in order, with its sizes; one writer per key, all at
+	// once); ReplayRatio = ConvergeS / EtcdReplayS.
+	EtcdReplayS float64 `json:"etcd_replay_s"`
+	ReplayRatio float64 `json:"replay_ratio"`
 	// ConvergeCPUS and RolloutCPUS are the CPU seconds this process (the
 	// server, and the simulated agents unless AgentProcs) used during those
 	// phases: the work done, which other load on the machine does not
@@ -142,6 +160,9 @@ type Result struct {
 	AgentsRolloutCPUS  float64 `json:"agents_rollout_cpu_s,omitempty"`
 	// Writes are the etcd writes convergence made (replayed for the floor).
 	Writes WriteStats `json:"writes"`
+	// RolloutWrites are the etcd writes of the rollout (Config.Rollout),
+	// per node in its per-pod figures; pod updates include deletes.
+	RolloutWrites *WriteStats `json:"rollout_writes,omitempty"`
 	// FalseNotReady counts Ready→not-Ready transitions of simulated nodes
 	// that were not killed, over WatchedS seconds (from all Nodes Ready to
 	// the end of the run, under the benchmark's own CPU load).

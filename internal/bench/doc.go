@@ -5,9 +5,11 @@
 // nodeagent.Agent with the fake runtime talking to the API over HTTPS with
 // its own node token. It then measures what issue 7 asks for:
 //
-//   - EtcdFloorS: the writes convergence needed (pod creates, pod status
-//     updates, DaemonSet status updates, with the sizes observed), issued
-//     straight to the same etcd, one writer per pod as the agents are;
+//   - EtcdFloorS: the floor fixed by the work, one create and one status
+//     update per pod (the sizes convergence wrote), issued straight to the
+//     same etcd at the best of several writer counts; EtcdReplayS replays
+//     the writes convergence actually made (every key, in order), one
+//     writer per key; Writes counts them by resource and per pod;
 //   - ConvergeS: DaemonSet created → every node's pod Running and Ready,
 //     observed through a watch; Ratio = ConvergeS / EtcdFloorS;
 //   - RolloutS: image update with maxUnavailable 10% → every pod updated and

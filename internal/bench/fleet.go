@@ -18,6 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/watch"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/everynode/everynode/client"
 	"github.com/everynode/everynode/gossip"
 	"github.com/everynode/everynode/resources"
@@ -205,16 +207,29 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		res.AgentsRSSMB, res.AgentsAnonMB = m.rss, m.anon
 	}
 
-	log.Info("etcd floor: replaying the convergence writes straight to etcd", "writes", res.Writes.Total)
-	floor, err := srv.replay(ctx, res.Writes.seqs)
+	pods := floorWork(res.Writes.seqs)
+	log.Info("etcd floor: one create and one status update per pod, straight to etcd", "pods", len(pods))
+	floor, conc, trials, err := srv.fixedFloor(ctx, pods)
 	if err != nil {
 		return nil, err
 	}
-	res.EtcdFloorS = floor.Seconds()
+	res.EtcdFloorS, res.EtcdFloorConcurrency = floor.Seconds(), conc
+	for _, c := range floorConcurrencies(len(pods)) {
+		res.EtcdFloorTrials = append(res.EtcdFloorTrials, FloorTrial{Writers: c, S: trials[c]})
+	}
 	if res.EtcdFloorS > 0 {
 		res.Ratio = res.ConvergeS / res.EtcdFloorS
 	}
-	log.Info("floor", "s", res.EtcdFloorS, "ratio", res.Ratio)
+	log.Info("etcd floor: replaying the convergence writes straight to etcd", "writes", res.Writes.Total)
+	replay, err := srv.replay(ctx, res.Writes.seqs)
+	if err != nil {
+		return nil, err
+	}
+	res.EtcdReplayS = replay.Seconds()
+	if res.EtcdReplayS > 0 {
+		res.ReplayRatio = res.ConvergeS / res.EtcdReplayS
+	}
+	log.Info("floor", "s", res.EtcdFloorS, "writers", conc, "ratio", res.Ratio, "replay_s", res.EtcdReplayS, "replay_ratio", res.ReplayRatio)
 	// Every pod status write of convergence has answered by now; the floor
 	// made none.
 	if err := fl.record(ctx, false); err != nil {
@@ -241,10 +256,24 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 
 	if cfg.Rollout {
 		cpu0, acpu0 := cpuSeconds(), agentsCPU()
+		before, err := srv.etcd.Get(ctx, "/", clientv3.WithCountOnly())
+		if err != nil {
+			return nil, fmt.Errorf("bench: etcd revision: %w", err)
+		}
 		if res.RolloutS, err = rollout(ctx, srv, cfg.Nodes, cfg.Timeout); err != nil {
 			return nil, err
 		}
 		res.RolloutCPUS, res.AgentsRolloutCPUS = cpuSeconds()-cpu0, agentsCPU()-acpu0
+		after, err := srv.etcd.Get(ctx, "/", clientv3.WithCountOnly())
+		if err != nil {
+			return nil, fmt.Errorf("bench: etcd revision: %w", err)
+		}
+		ws, err := collectWrites(ctx, srv.etcd, before.Header.Revision, after.Header.Revision)
+		if err != nil {
+			return nil, err
+		}
+		ws.summariseRollout(cfg.Nodes)
+		res.RolloutWrites = &ws
 		log.Info("rolled out", "s", res.RolloutS)
 	}
 	if cfg.Detect && useGossip {

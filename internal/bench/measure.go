@@ -2,7 +2,7 @@ package bench
 
 import (
 	"context"
-	"errors"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -15,7 +15,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/watch"
 
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/everynode/everynode/client"
@@ -45,6 +44,21 @@ type WriteStats struct {
 	Other           int   `json:"other"`
 	Total           int   `json:"total"`
 	Bytes           int64 `json:"bytes"`
+	// Keys is how many distinct keys were written; KeysPerPod and
+	// WritesPerPod divide Keys and Total by PodCreates: what each pod cost.
+	Keys         int     `json:"keys"`
+	KeysPerPod   float64 `json:"keys_per_pod"`
+	WritesPerPod float64 `json:"writes_per_pod"`
+	// ByResource counts the writes per resource (the key's segment after
+	// /registry/: "pods", "events", ...); EventReasons the Event writes
+	// per reason, "+" marking updates of an existing Event (client-go's
+	// correlator raising its count) rather than new ones.
+	ByResource   map[string]int `json:"by_resource"`
+	EventReasons map[string]int `json:"event_reasons,omitempty"`
+	// PodCreateBytes and PodStatusBytes are the mean value sizes of the
+	// pod creates and of the pods' last writes: what the floor writes.
+	PodCreateBytes int `json:"pod_create_bytes"`
+	PodStatusBytes int `json:"pod_status_bytes"`
 
 	seqs map[string][]write // per key, in order
 }
@@ -113,13 +127,14 @@ func converge(ctx context.Context, srv *benchServer, fl agentFleet, cfg Config, 
 		return fmt.Errorf("bench: etcd revision: %w", err)
 	}
 	res.Writes, err = collectWrites(ctx, etcd, before.Header.Revision, after.Header.Revision)
+	res.Writes.summarise()
 	return err
 }
 
 // collectWrites reads etcd's history between two revisions (exclusive,
 // inclusive) and returns the writes under the registry prefix, per key.
 func collectWrites(ctx context.Context, etcd *clientv3.Client, from, to int64) (WriteStats, error) {
-	ws := WriteStats{seqs: map[string][]write{}}
+	ws := WriteStats{seqs: map[string][]write{}, ByResource: map[string]int{}, EventReasons: map[string]int{}}
 	if to <= from {
 		return ws, nil
 	}
@@ -150,6 +165,20 @@ func collectWrites(ctx context.Context, etcd *clientv3.Client, from, to int64) (
 			ws.seqs[key] = append(ws.seqs[key], w)
 			ws.Total++
 			ws.Bytes += int64(w.size)
+			res, _, _ := strings.Cut(strings.TrimPrefix(key, registryPrefix), "/")
+			ws.ByResource[res]++
+			if res == "events" {
+				var e struct {
+					Reason string `json:"reason"`
+				}
+				if err := json.Unmarshal(ev.Kv.Value, &e); err == nil {
+					r := e.Reason
+					if !w.create {
+						r = "+" + r
+					}
+					ws.EventReasons[r]++
+				}
+			}
 			switch {
 			case strings.HasPrefix(key, registryPrefix+"pods/") && w.create:
 				ws.PodCreates++
@@ -166,6 +195,34 @@ func collectWrites(ctx context.Context, etcd *clientv3.Client, from, to int64) (
 		}
 	}
 	return ws, fmt.Errorf("bench: read etcd history: watch ended early: %v", wctx.Err())
+}
+
+// summarise fills in the figures derived from the per-key writes.
+func (ws *WriteStats) summarise() {
+	ws.Keys = len(ws.seqs)
+	if ws.PodCreates == 0 {
+		return
+	}
+	ws.KeysPerPod = float64(ws.Keys) / float64(ws.PodCreates)
+	ws.WritesPerPod = float64(ws.Total) / float64(ws.PodCreates)
+	if pods := floorWork(ws.seqs); len(pods) > 0 {
+		var creates, statuses int
+		for _, p := range pods {
+			creates += p.createSize
+			statuses += p.status
+		}
+		ws.PodCreateBytes, ws.PodStatusBytes = creates/len(pods), statuses/len(pods)
+	}
+}
+
+// summariseRollout fills in the per-pod figures of a rollout's writes, per
+// node (each node's pod replaced once).
+func (ws *WriteStats) summariseRollout(nodes int) {
+	ws.Keys = len(ws.seqs)
+	if nodes > 0 {
+		ws.KeysPerPod = float64(ws.Keys) / float64(nodes)
+		ws.WritesPerPod = float64(ws.Total) / float64(nodes)
+	}
 }
 
 // replay issues the same writes (same keys under another prefix, same value
@@ -190,8 +247,8 @@ func (s *benchServer) replay(ctx context.Context, seqs map[string][]write) (time
 			defer wg.Done()
 			k := floorPrefix + strings.TrimPrefix(key, registryPrefix)
 			for _, w := range seq {
-				var err error
-				for wait, waited := 10*time.Millisecond, time.Duration(0); ; wait = min(2*wait, 200*time.Millisecond) {
+				err := retryBusy(ctx, func() error {
+					var err error
 					switch {
 					case w.delete:
 						_, err = etcd.Delete(ctx, k)
@@ -201,17 +258,8 @@ func (s *benchServer) replay(ctx context.Context, seqs map[string][]write) (time
 					default:
 						_, err = etcd.Put(ctx, k, string(buf[:w.size]))
 					}
-					// etcd sheds load when its apply falls far behind its
-					// commit (thousands of writers at once; at 5,000 nodes
-					// for seconds): back off and retry, as the store's
-					// callers would, for up to a minute; the wait is part
-					// of the floor.
-					if !errors.Is(err, rpctypes.ErrTooManyRequests) || waited >= time.Minute {
-						break
-					}
-					time.Sleep(wait)
-					waited += wait
-				}
+					return err
+				})
 				if err != nil {
 					select {
 					case errs <- fmt.Errorf("bench: floor write %s: %w", k, err):
