@@ -225,6 +225,10 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	}
 	res.StatusP50Ms, res.StatusP99Ms, res.StatusSamples = quantiles(rep.Samples)
 
+	if err := fanout(ctx, srv, fl, cfg.Nodes, res, log); err != nil {
+		return nil, err
+	}
+
 	if cfg.IdleTraffic > 0 {
 		if err := idleTraffic(ctx, fl, cfg.IdleTraffic, cfg.IdleSettle, cfg.Nodes, res, log); err != nil {
 			return nil, err
