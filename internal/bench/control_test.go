@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+
 	"github.com/everynode/everynode/controller/nodelifecycle"
 	"github.com/everynode/everynode/internal/testkit"
 )
@@ -487,5 +489,23 @@ func TestGossipRecorder(t *testing.T) {
 	}
 	if l := g.lines(); len(l) != maxGossipLines+1 || l[len(l)-1] != "(2 more lines not kept)" {
 		t.Errorf("after overflow: %d lines, last %q", len(l), l[len(l)-1])
+	}
+}
+
+func TestFloorRetry(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{rpctypes.ErrTooManyRequests, true},
+		{rpctypes.ErrTimeout, true},
+		{fmt.Errorf("wrapped: %w", rpctypes.ErrTimeout), true},
+		{rpctypes.ErrKeyNotFound, false},
+		{context.Canceled, false},
+		{nil, false},
+	} {
+		if got := floorRetry(c.err); got != c.want {
+			t.Errorf("floorRetry(%v) = %v, want %v", c.err, got, c.want)
+		}
 	}
 }

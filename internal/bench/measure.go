@@ -172,6 +172,11 @@ func collectWrites(ctx context.Context, etcd *clientv3.Client, from, to int64) (
 // sizes, creates as create-if-absent transactions) straight to etcd, one
 // writer per key as the agents and controllers are, and returns how long
 // it took. The replayed keys are removed afterwards.
+// floorRetry reports whether a floor write that failed with err is retried.
+func floorRetry(err error) bool {
+	return errors.Is(err, rpctypes.ErrTooManyRequests) || errors.Is(err, rpctypes.ErrTimeout)
+}
+
 func (s *benchServer) replay(ctx context.Context, seqs map[string][]write) (time.Duration, error) {
 	etcd := s.etcd
 	maxSize := 0
@@ -203,10 +208,13 @@ func (s *benchServer) replay(ctx context.Context, seqs map[string][]write) (time
 					}
 					// etcd sheds load when its apply falls far behind its
 					// commit (thousands of writers at once; at 5,000 nodes
-					// for seconds): back off and retry, as the store's
-					// callers would, for up to a minute; the wait is part
-					// of the floor.
-					if !errors.Is(err, rpctypes.ErrTooManyRequests) || waited >= time.Minute {
+					// for seconds), and at 10,000 (50,000 writers) some
+					// requests time out in its queue: back off and retry,
+					// as the store's callers would, for up to a minute; the
+					// wait is part of the floor. A create that timed out
+					// but was applied finds its key and does nothing; a
+					// repeated put or delete writes once more.
+					if !floorRetry(err) || waited >= time.Minute {
 						break
 					}
 					time.Sleep(wait)
