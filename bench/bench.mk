@@ -8,9 +8,9 @@
 #                            docs/benchmarks.md
 #   make bench-fleet BIG=1   adds a 5,000-node run
 #   make bench-fleet HUGE=1  adds a 10,000-node run (rollout, watch fan-out;
-#                            4 agent processes of 2,500 agents each; about
-#                            5 minutes and 4 GiB of memory on 2 cores); with
-#                            BIG=1 too, both
+#                            4 agent processes of 2,500 agents each; 5 to
+#                            10 minutes on 2 shared cores, about 7 GiB of
+#                            memory at its peak); with BIG=1 too, both
 #   make bench-fleet-10k     that 10,000-node run alone, with a CPU profile of
 #                            the server's process over the measured phases:
 #                            $(BENCH_OUT)/fleet-10000.json and

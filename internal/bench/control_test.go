@@ -502,10 +502,17 @@ func TestFloorRetry(t *testing.T) {
 		{fmt.Errorf("wrapped: %w", rpctypes.ErrTimeout), true},
 		{rpctypes.ErrKeyNotFound, false},
 		{context.Canceled, false},
+		{context.DeadlineExceeded, true},
 		{nil, false},
 	} {
-		if got := floorRetry(c.err); got != c.want {
+		if got := floorRetry(context.Background(), c.err); got != c.want {
 			t.Errorf("floorRetry(%v) = %v, want %v", c.err, got, c.want)
 		}
+	}
+	ended, cancel := context.WithTimeout(context.Background(), 0)
+	defer cancel()
+	<-ended.Done()
+	if floorRetry(ended, context.DeadlineExceeded) {
+		t.Error("floorRetry retries the run's own deadline")
 	}
 }

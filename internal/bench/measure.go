@@ -172,9 +172,12 @@ func collectWrites(ctx context.Context, etcd *clientv3.Client, from, to int64) (
 // sizes, creates as create-if-absent transactions) straight to etcd, one
 // writer per key as the agents and controllers are, and returns how long
 // it took. The replayed keys are removed afterwards.
-// floorRetry reports whether a floor write that failed with err is retried.
-func floorRetry(err error) bool {
-	return errors.Is(err, rpctypes.ErrTooManyRequests) || errors.Is(err, rpctypes.ErrTimeout)
+// floorRetry reports whether a floor write that failed with err is retried:
+// etcd shedding load, or timing a request out in its queue (which a starved
+// etcd reports as a deadline of its own, while ctx is live).
+func floorRetry(ctx context.Context, err error) bool {
+	return errors.Is(err, rpctypes.ErrTooManyRequests) || errors.Is(err, rpctypes.ErrTimeout) ||
+		(errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil)
 }
 
 func (s *benchServer) replay(ctx context.Context, seqs map[string][]write) (time.Duration, error) {
@@ -214,7 +217,7 @@ func (s *benchServer) replay(ctx context.Context, seqs map[string][]write) (time
 					// wait is part of the floor. A create that timed out
 					// but was applied finds its key and does nothing; a
 					// repeated put or delete writes once more.
-					if !floorRetry(err) || waited >= time.Minute {
+					if !floorRetry(ctx, err) || waited >= time.Minute {
 						break
 					}
 					time.Sleep(wait)
