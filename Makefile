@@ -11,7 +11,7 @@
 #   make bench   all benchmarks: bench-api (go test -bench of the store and the
 #                API, output in bench.out; figures in docs/benchmarks-api.md) and
 #                bench-fleet (simulated fleets of 100 and 1,000 nodes, BIG=1 adds
-#                5,000; writes docs/benchmarks.md)
+#                5,000, HUGE=1 10,000; writes docs/benchmarks.md)
 #   make chaos   the HA chaos test (docs/ha.md) with CHAOS_KILLS (default 20)
 #                SIGKILLs of the leading server; make test runs it with 3
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/everynode/everynode/client"
 )
@@ -120,6 +121,57 @@ func BenchmarkWatchFanout(b *testing.B) {
 	}
 	b.StopTimer()
 	lat.report(b, "create-to-event")
+}
+
+// BenchmarkWatchBroadcast: 1,000 watches of the same Services (a
+// kubelet's Service informer on each of 1,000 nodes) over HTTP; each op
+// updates one Service and waits until every watch saw it. "shared" encodes
+// each event once for every stream (watchEncodings), "per-stream" once per
+// stream, as before.
+func BenchmarkWatchBroadcast(b *testing.B) {
+	const watches = 1000
+	for _, shared := range []bool{true, false} {
+		name := "per-stream"
+		if shared {
+			name = "shared"
+		}
+		b.Run(name, func(b *testing.B) {
+			e := newEnv(b)
+			if !shared {
+				e.s.watchEnc = nil
+			}
+			ctx := context.Background()
+			lc := NewLocalClient(e.s, "bench", mastersGroup)
+			svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "fan", Namespace: "default"},
+				Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80}}}}
+			obj, err := lc.Create(ctx, svc, client.WriteOptions{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			streams := make([]*stream, watches)
+			for i := range streams {
+				streams[i] = openStream(b, e.srv.Client(), e.srv.URL+"/api/v1/namespaces/default/services?watch=true&resourceVersion="+obj.GetResourceVersion())
+			}
+			var lat latencies
+			b.ResetTimer()
+			for i := range b.N {
+				cur := obj.(*corev1.Service).DeepCopy()
+				cur.Labels = map[string]string{"write": strconv.Itoa(i)}
+				t0 := time.Now()
+				if obj, err = lc.Update(ctx, cur, client.WriteOptions{}); err != nil {
+					b.Fatal(err)
+				}
+				for _, st := range streams {
+					if ev := st.next(); ev.meta(b).Metadata.ResourceVersion != obj.GetResourceVersion() {
+						b.Fatalf("a watch saw version %s, want %s", ev.meta(b).Metadata.ResourceVersion, obj.GetResourceVersion())
+					}
+				}
+				lat = append(lat, time.Since(t0))
+			}
+			b.StopTimer()
+			lat.report(b, "write-to-all")
+		})
+	}
 }
 
 // BenchmarkListByNode lists one node's pods among 1,000 nodes' pods, as an

@@ -125,16 +125,18 @@ type Server struct {
 	newUID  func() types.UID
 	version version.Info
 	metrics *metrics
-	disc    *discovery
-	wire    *wire
-	openapi *openAPI
-	reviews *reviews
-	tokens  *ServiceAccountTokens
-	writer  *strategy.Writer
-	handler http.Handler
-	podLogs *podLogs
-	join    *JoinConfig
-	audit   io.Writer // nil: no audit log
+	// watchEnc shares live watch events' JSON between streams.
+	watchEnc *watchEncodings
+	disc     *discovery
+	wire     *wire
+	openapi  *openAPI
+	reviews  *reviews
+	tokens   *ServiceAccountTokens
+	writer   *strategy.Writer
+	handler  http.Handler
+	podLogs  *podLogs
+	join     *JoinConfig
+	audit    io.Writer // nil: no audit log
 	// connected: nodes holding a stream to this server; nil: not tracked.
 	connected   *ConnectedNodes
 	ping        StreamPing
@@ -164,16 +166,17 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("apiserver: Config.MaxBodyBytes %d is negative", cfg.MaxBodyBytes)
 	}
 	s := &Server{
-		log:     cfg.Logger,
-		authn:   cfg.Authenticator,
-		tokens:  cfg.ServiceAccountTokens,
-		authz:   cfg.Authorizer,
-		maxBody: cfg.MaxBodyBytes,
-		now:     cfg.Now,
-		newUID:  cfg.NewUID,
-		audit:   cfg.AuditLog,
-		version: defaultVersion(cfg.Version),
-		metrics: newMetrics(),
+		watchEnc: newWatchEncodings(watchEncodingsSize),
+		log:      cfg.Logger,
+		authn:    cfg.Authenticator,
+		tokens:   cfg.ServiceAccountTokens,
+		authz:    cfg.Authorizer,
+		maxBody:  cfg.MaxBodyBytes,
+		now:      cfg.Now,
+		newUID:   cfg.NewUID,
+		audit:    cfg.AuditLog,
+		version:  defaultVersion(cfg.Version),
+		metrics:  newMetrics(),
 
 		limits:         httpserve.DefaultLimits(),
 		requestTimeout: DefaultRequestTimeout,

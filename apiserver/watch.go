@@ -277,6 +277,9 @@ func (s *Server) serveWatch(w http.ResponseWriter, req *http.Request, c call) er
 		return nil
 	}
 	encode := jsonEvents(w)
+	if s.watchEnc != nil && !asTable {
+		encode = sharedJSONEvents(w, s.watchEnc)
+	}
 	if !out.isJSON() {
 		encode = s.wire.streamEvents(w, out)
 	}
@@ -306,6 +309,27 @@ func jsonEvents(w io.Writer) func(watch.EventType, runtime.Object) error {
 	enc := json.NewEncoder(w)
 	return func(t watch.EventType, obj runtime.Object) error {
 		return enc.Encode(watchEvent{Type: t, Object: obj})
+	}
+}
+
+// sharedJSONEvents writes events as newline-separated JSON, as jsonEvents
+// does, with the encodings of live events shared between streams (see
+// watchEncodings). Bookmarks and errors are objects of their own stream:
+// encoded here.
+func sharedJSONEvents(w io.Writer, enc *watchEncodings) func(watch.EventType, runtime.Object) error {
+	own := jsonEvents(w)
+	return func(t watch.EventType, obj runtime.Object) error {
+		switch t {
+		case watch.Added, watch.Modified, watch.Deleted:
+		default:
+			return own(t, obj)
+		}
+		b, err := enc.encode(t, obj)
+		if err != nil {
+			return err
+		}
+		_, err = w.Write(b)
+		return err
 	}
 }
 

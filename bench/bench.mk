@@ -7,6 +7,14 @@
 #                            under Kubernetes' (unreachable-blocks), then writes
 #                            docs/benchmarks.md
 #   make bench-fleet BIG=1   adds a 5,000-node run
+#   make bench-fleet HUGE=1  adds a 10,000-node run (rollout, watch fan-out;
+#                            4 agent processes of 2,500 agents each; 5 to
+#                            10 minutes on 2 shared cores, about 7 GiB of
+#                            memory at its peak); with BIG=1 too, both
+#   make bench-fleet-10k     that 10,000-node run alone, with a CPU profile of
+#                            the server's process over the measured phases:
+#                            $(BENCH_OUT)/fleet-10000.json and
+#                            $(BENCH_OUT)/fleet-10000.cpu.pprof
 #   make bench-soak          the 10-minute soak: 100 nodes with gossip, one agent
 #                            process per node, 2 busy goroutines of extra CPU load;
 #                            counts false NotReady, then rewrites docs/benchmarks.md
@@ -37,7 +45,8 @@
 #   - with gossip, one agent per process (K = N), like real nodes: each
 #     memberlist member probes and refutes on its own scheduler, and a busy
 #     server process cannot starve the members' failure detection;
-#   - without gossip, K = 1 at 100 nodes and K = 2 at 1,000 and 5,000. A
+#   - without gossip, K = 1 at 100 nodes, K = 2 at 1,000 and 5,000 and
+#     K = 4 at 10,000 (2,500 agents per process, as at 5,000). A
 #     process costs about 8 MiB of its own memory and ~28 MiB of resident
 #     executable pages whatever it runs, so a process per node would measure
 #     1,000 Go runtimes starting on 2 cores rather than the server. One child
@@ -59,8 +68,9 @@
 BENCH_OUT ?= bin/bench
 BENCH_DOC ?= docs/benchmarks.md
 BIG       ?=
+HUGE      ?=
 
-.PHONY: bench-fleet bench-soak bench-report bench-idle-traffic bench-docker bench-idle-cpu
+.PHONY: bench-fleet bench-fleet-10k bench-soak bench-report bench-idle-traffic bench-docker bench-idle-cpu
 
 bench-fleet: build
 	@mkdir -p $(BENCH_OUT)
@@ -71,7 +81,13 @@ bench-fleet: build
 	$(BIN) bench fleet --nodes 1000 --rollout-unreachable 5 --agent-procs 2 --agent-binary none --json > $(BENCH_OUT)/fleet-01000-unreachable.json
 	$(BIN) bench fleet --nodes 1000 --rollout-unreachable 5 --unreachable-blocks --agent-procs 2 --agent-binary none --json > $(BENCH_OUT)/fleet-01000-unreachable-blocks.json
 	$(if $(BIG),$(BIN) bench fleet --nodes 5000 --rollout --agent-procs 2 --agent-binary none --json > $(BENCH_OUT)/fleet-05000.json)
+	$(if $(HUGE),$(BIN) bench fleet --nodes 10000 --rollout --agent-procs 4 --agent-binary none --json > $(BENCH_OUT)/fleet-10000.json)
 	@$(MAKE) --no-print-directory bench-report
+
+bench-fleet-10k: build
+	@mkdir -p $(BENCH_OUT)
+	$(BIN) bench fleet --nodes 10000 --rollout --agent-procs 4 --agent-binary none --json --cpuprofile $(BENCH_OUT)/fleet-10000.cpu.pprof > $(BENCH_OUT)/fleet-10000.json
+	@grep -h '"converge_s"\|"rollout_s"\|"fanout_p\|"server_rss_mb"\|_cpu_s"' $(BENCH_OUT)/fleet-10000.json
 
 bench-soak: build
 	@mkdir -p $(BENCH_OUT)
@@ -82,9 +98,10 @@ bench-soak: build
 
 # bench-report renders $(BENCH_DOC) from the results in $(BENCH_OUT).
 bench-report:
-	@files=""; for f in fleet-00100.json fleet-00100-gossip.json fleet-01000.json fleet-01000-unreachable.json fleet-01000-unreachable-blocks.json fleet-05000.json soak-00100.json; do \
+	@files=""; for f in fleet-00100.json fleet-00100-gossip.json fleet-01000.json fleet-01000-unreachable.json fleet-01000-unreachable-blocks.json fleet-05000.json fleet-10000.json soak-00100.json; do \
 		[ -f $(BENCH_OUT)/$$f ] && files="$$files $(BENCH_OUT)/$$f"; done; \
 	cmd="make bench-fleet"; [ -f $(BENCH_OUT)/fleet-05000.json ] && cmd="$$cmd BIG=1"; \
+	[ -f $(BENCH_OUT)/fleet-10000.json ] && cmd="$$cmd HUGE=1"; \
 	[ -f $(BENCH_OUT)/soak-00100.json ] && cmd="$$cmd and make bench-soak"; \
 	echo "$(BIN) bench report -o $(BENCH_DOC) --notes bench/notes.md --command \"$$cmd\"$$files"; \
 	$(BIN) bench report -o $(BENCH_DOC) --notes bench/notes.md --command "$$cmd" $$files

@@ -71,7 +71,7 @@ func (s *Server) startAPI(ctx context.Context) error {
 			Node: apiserver.NewNodeRestriction(apiserver.StoreGraph(s.st)), RBAC: apiserver.NewRBAC(s.st)},
 		ServiceAccountTokens: saTokens,
 		Connected:            s.connected,
-		StreamPing:           streamPing(s.cfg.Gossip.Profile),
+		StreamPing:           streamPing(s.cfg.Gossip.Profile, s.cfg.StreamPingTimeout),
 		Logger:               s.log.With("component", "apiserver"),
 		NodeCredential:       func(n string) string { return nodeagent.LogToken(s.cluster.NodeToken(n)) },
 		Join: &apiserver.JoinConfig{Secrets: s.cluster, DataDir: s.dataDir,

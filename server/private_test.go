@@ -23,6 +23,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/everynode/everynode/agent"
+	"github.com/everynode/everynode/apiserver"
 	"github.com/everynode/everynode/apiserver/pki"
 	"github.com/everynode/everynode/client"
 	"github.com/everynode/everynode/gossip"
@@ -452,4 +453,22 @@ func listeningTCPPorts(t *testing.T) []int {
 		f.Close()
 	}
 	return ports
+}
+
+func TestStreamPing(t *testing.T) {
+	cases := []struct {
+		profile string
+		timeout time.Duration
+		want    apiserver.StreamPing
+	}{
+		{gossip.ProfileLAN, 0, apiserver.StreamPing{}},
+		{gossip.ProfileWAN, 0, apiserver.StreamPing{Interval: 10 * time.Second, Timeout: 10 * time.Second}},
+		{gossip.ProfileLAN, 5 * time.Second, apiserver.StreamPing{Timeout: 5 * time.Second}},
+		{gossip.ProfileWAN, 5 * time.Second, apiserver.StreamPing{Interval: 10 * time.Second, Timeout: 5 * time.Second}},
+	}
+	for _, c := range cases {
+		if got := streamPing(c.profile, c.timeout); got != c.want {
+			t.Errorf("streamPing(%q, %s) = %+v, want %+v", c.profile, c.timeout, got, c.want)
+		}
+	}
 }

@@ -141,6 +141,11 @@ type Config struct {
 	// daemonset.DefaultUnreachableGrace (docs/rollouts.md §7). Tests and
 	// the benchmark shorten it.
 	UnreachableGrace time.Duration
+	// StreamPingTimeout, when > 0, is how long the API waits for the
+	// answer to an HTTP/2 ping before it closes the connection, instead of
+	// the gossip profile's (1 s; 10 s with wan). The benchmark, whose
+	// simulated agents share a connection per process, lengthens it.
+	StreamPingTimeout time.Duration
 }
 
 // Server is a running server.
@@ -733,9 +738,14 @@ func serverURL(addr net.Addr, listenHost string) string {
 // detection: 1 s of silence and 1 s to answer find a cut link in about 2 s
 // (lan, local); with wan, whose gossip takes about 38 s, 10 s and 10 s keep
 // an idle agent's link quiet (docs/security.md, "Gossip is a hint").
-func streamPing(profile string) apiserver.StreamPing {
+// A timeout > 0 replaces the profile's.
+func streamPing(profile string, timeout time.Duration) apiserver.StreamPing {
+	p := apiserver.StreamPing{}
 	if profile == gossip.ProfileWAN {
-		return apiserver.StreamPing{Interval: 10 * time.Second, Timeout: 10 * time.Second}
+		p = apiserver.StreamPing{Interval: 10 * time.Second, Timeout: 10 * time.Second}
 	}
-	return apiserver.StreamPing{}
+	if timeout > 0 {
+		p.Timeout = timeout
+	}
+	return p
 }

@@ -97,6 +97,13 @@ type agentFleet interface {
 	report(ctx context.Context) (fleetReport, error)
 	// kill stops one agent the way a crash does.
 	kill(ctx context.Context, name string) error
+	// fanoutWatch opens (on) the fan-out watches, one per agent, returning
+	// once all are established, or closes them (see fanout).
+	fanoutWatch(ctx context.Context, on bool) error
+	// fanoutWait waits (at most timeout) until every fan-out watch saw
+	// resourceVersion rv and returns the receipt times (Unix ns) and how
+	// many watches did not see it.
+	fanoutWait(ctx context.Context, rv string, timeout time.Duration) ([]int64, int, error)
 	stop()
 }
 
@@ -136,7 +143,8 @@ type fleetTarget struct {
 // simAgent is one simulated node.
 type simAgent struct {
 	name   string
-	member *gossip.Member // nil without gossip
+	api    client.Interface // the agent's own client
+	member *gossip.Member   // nil without gossip
 	done   chan error
 
 	mu     sync.Mutex
@@ -154,6 +162,9 @@ type fleet struct {
 	glog   *gossipRecorder
 	log    *slog.Logger
 	agents []*simAgent
+
+	fanMu sync.Mutex
+	fan   *fanoutWatches // open fan-out watches; guarded by fanMu
 
 	stopOnce sync.Once
 }
@@ -206,7 +217,7 @@ func (f *fleet) start(ctx context.Context, name string) (*simAgent, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &simAgent{name: name, done: make(chan error, 1)}
+	a := &simAgent{name: name, api: h, done: make(chan error, 1)}
 	if f.target.gossipKey != nil {
 		cfg := gossip.DefaultLANConfig()
 		if f.target.gossipProfile != "" {
@@ -283,6 +294,40 @@ func (f *fleet) kill(_ context.Context, name string) error {
 	return fmt.Errorf("bench: no agent %s here", name)
 }
 
+func (f *fleet) fanoutWatch(ctx context.Context, on bool) error {
+	f.fanMu.Lock()
+	defer f.fanMu.Unlock()
+	if f.fan != nil {
+		f.fan.close()
+		f.fan = nil
+	}
+	if !on {
+		return nil
+	}
+	apis := make([]client.Interface, 0, len(f.agents))
+	for _, a := range f.agents {
+		if a != nil {
+			apis = append(apis, a.api)
+		}
+	}
+	fan, err := openFanout(ctx, apis, f.log)
+	if err != nil {
+		return err
+	}
+	f.fan = fan
+	return nil
+}
+
+func (f *fleet) fanoutWait(ctx context.Context, rv string, timeout time.Duration) ([]int64, int, error) {
+	f.fanMu.Lock()
+	fan := f.fan
+	f.fanMu.Unlock()
+	if fan == nil {
+		return nil, 0, errors.New("bench: no fan-out watches open")
+	}
+	return fan.wait(ctx, rv, timeout)
+}
+
 // kill stops an agent the way a crash does: its gossip member goes silent
 // without a leave, its agent stops. The caller holds a.mu.
 func (a *simAgent) kill(static *nodelifecycle.StaticMembership) {
@@ -299,6 +344,7 @@ func (a *simAgent) kill(static *nodelifecycle.StaticMembership) {
 // stop stops every agent still running. It is idempotent.
 func (f *fleet) stop() {
 	f.stopOnce.Do(func() {
+		_ = f.fanoutWatch(context.Background(), false)
 		var wg sync.WaitGroup
 		for _, a := range f.agents {
 			if a == nil {

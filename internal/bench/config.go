@@ -265,6 +265,25 @@ type Result struct {
 	IdleServerCPUMsPerS float64 `json:"idle_server_cpu_ms_per_s,omitempty"`
 	IdleLoadAvg         string  `json:"idle_loadavg,omitempty"`
 
+	// The watch fan-out, after convergence: every agent opens one more
+	// watch (FanoutWatches in all), on the Services of the benchmark
+	// namespace through its own client, as a kubelet's Service informer
+	// does; the harness then writes one Service FanoutWrites times.
+	// FanoutP50Ms, FanoutP99Ms and FanoutMaxMs are over every (write,
+	// watch) pair: from just before the write was sent to the event's
+	// arrival at the agent's watch (the commit happens within the write's
+	// own FanoutWriteMs, its slowest). FanoutMissing counts the pairs whose
+	// event had not arrived after a minute; FanoutCPUS is this process's
+	// CPU seconds over the writes.
+	FanoutWatches int     `json:"fanout_watches,omitempty"`
+	FanoutWrites  int     `json:"fanout_writes,omitempty"`
+	FanoutP50Ms   float64 `json:"fanout_p50_ms,omitempty"`
+	FanoutP99Ms   float64 `json:"fanout_p99_ms,omitempty"`
+	FanoutMaxMs   float64 `json:"fanout_max_ms,omitempty"`
+	FanoutWriteMs float64 `json:"fanout_write_ms,omitempty"`
+	FanoutMissing int     `json:"fanout_missing"`
+	FanoutCPUS    float64 `json:"fanout_cpu_s,omitempty"`
+
 	// StatusP50Ms, StatusP99Ms: pod status updates during convergence, at
 	// the agents' HTTPS client; StatusSamples how many.
 	StatusP50Ms   float64 `json:"status_p50_ms"`

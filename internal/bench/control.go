@@ -29,6 +29,9 @@ import (
 //	child  → {"op":"report","dials":3,"samples_us":[…],"gossip_log":[…],"traffic":{"api_in":…,…}}
 //	parent → {"op":"profile","on":true,"path":F}  (write a CPU profile of this process to F, until
 //	                                               {"op":"profile"} without "on": an idle window's)
+//	parent → {"op":"fanout","on":true}            (open a Services watch per agent; "on" false: close them)
+//	parent → {"op":"fanout-wait","rv":"123","timeout_ms":60000}
+//	child  → {"op":"fanout-wait","receipts_ns":[…],"missing":0}  (when each watch saw that version)
 //	parent → {"op":"stop"}                        (the child stops its agents, replies, exits)
 //
 // A child whose stdin closes stops its agents and exits too, so a parent
@@ -42,6 +45,8 @@ const (
 	opReport  = "report"
 	opStop    = "stop"
 	opProfile = "profile"
+	opFanout  = "fanout"
+	opFanWait = "fanout-wait"
 )
 
 // IdleProfileHz is the sampling rate of a child's CPU profile: an idle agent
@@ -79,6 +84,9 @@ type request struct {
 	Name string     `json:"name,omitempty"`
 	// Path is where a profile request writes the profile.
 	Path string `json:"path,omitempty"`
+	// RV and TimeoutMS: a fanout-wait request's version and bound.
+	RV        string `json:"rv,omitempty"`
+	TimeoutMS int64  `json:"timeout_ms,omitempty"`
 }
 
 // reply is a child → parent message.
@@ -92,6 +100,9 @@ type reply struct {
 	GossipLog []string `json:"gossip_log,omitempty"`
 	// Traffic answers a report: the child's agents' bytes so far.
 	Traffic *Traffic `json:"traffic,omitempty"`
+	// ReceiptsNS and Missing answer a fanout-wait.
+	ReceiptsNS []int64 `json:"receipts_ns,omitempty"`
+	Missing    int     `json:"missing,omitempty"`
 }
 
 // startFunc starts what a child spec describes.
@@ -208,6 +219,10 @@ func serveControl(ctx context.Context, in io.ReadCloser, out io.Writer, start st
 			err = fl.record(ctx, r.On)
 		case r.Op == opKill:
 			err = fl.kill(ctx, r.Name)
+		case r.Op == opFanout:
+			err = fl.fanoutWatch(ctx, r.On)
+		case r.Op == opFanWait:
+			rep.ReceiptsNS, rep.Missing, err = fl.fanoutWait(ctx, r.RV, time.Duration(r.TimeoutMS)*time.Millisecond)
 		case r.Op == opReport:
 			var fr fleetReport
 			if fr, err = fl.report(ctx); err == nil {
@@ -299,6 +314,14 @@ func (b *burner) report(context.Context) (fleetReport, error) { return fleetRepo
 
 func (b *burner) kill(context.Context, string) error {
 	return errors.New("a CPU burner runs no agents")
+}
+
+func (b *burner) fanoutWatch(context.Context, bool) error {
+	return errors.New("a CPU burner runs no agents")
+}
+
+func (b *burner) fanoutWait(context.Context, string, time.Duration) ([]int64, int, error) {
+	return nil, 0, errors.New("a CPU burner runs no agents")
 }
 
 func (b *burner) stop() {

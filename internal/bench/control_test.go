@@ -10,11 +10,14 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
 	"github.com/everynode/everynode/controller/nodelifecycle"
 	"github.com/everynode/everynode/internal/testkit"
@@ -29,6 +32,7 @@ type fakeFleet struct {
 	recording bool
 	killed    []string
 	stops     int
+	fanning   bool
 }
 
 var _ agentFleet = (*fakeFleet)(nil)
@@ -63,6 +67,34 @@ func (f *fakeFleet) kill(_ context.Context, name string) error {
 	}
 	f.killed = append(f.killed, name)
 	return nil
+}
+
+func (f *fakeFleet) fanoutWatch(_ context.Context, on bool) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.fanning = on
+	return nil
+}
+
+// fanoutWait answers, for each running agent, a receipt at rv (a number)
+// nanoseconds; killed agents are missing.
+func (f *fakeFleet) fanoutWait(_ context.Context, rv string, _ time.Duration) ([]int64, int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.fanning {
+		return nil, 0, errors.New("no fan-out watches open")
+	}
+	at, err := strconv.ParseInt(rv, 10, 64)
+	if err != nil {
+		return nil, 0, err
+	}
+	var got []int64
+	for _, n := range f.names {
+		if !slices.Contains(f.killed, n) {
+			got = append(got, at)
+		}
+	}
+	return got, len(f.killed), nil
 }
 
 func (f *fakeFleet) stop() {
@@ -191,6 +223,18 @@ func TestServeControlProtocol(t *testing.T) {
 	if r := p.do(request{Op: opReport}); len(r.SamplesUS) != 0 {
 		t.Errorf("report after recording off has %d samples", len(r.SamplesUS))
 	}
+	if r := p.do(request{Op: opFanWait, RV: "7", TimeoutMS: 1}); r.Err == "" {
+		t.Errorf("fanout-wait without watches answered without an error: %+v", r)
+	}
+	if r := p.do(request{Op: opFanout, On: true}); r.Err != "" {
+		t.Fatalf("fanout on: %s", r.Err)
+	}
+	if r := p.do(request{Op: opFanWait, RV: "7", TimeoutMS: 1}); r.Err != "" || !slices.Equal(r.ReceiptsNS, []int64{7}) || r.Missing != 1 {
+		t.Errorf("fanout-wait = %+v, want a receipt at 7 for a, b missing", r)
+	}
+	if r := p.do(request{Op: opFanout, On: false}); r.Err != "" {
+		t.Fatalf("fanout off: %s", r.Err)
+	}
 	p.do(request{Op: opStop})
 	if err := p.exit(); err != nil {
 		t.Errorf("serveControl after stop: %v", err)
@@ -317,6 +361,13 @@ func TestProcFleetChildren(t *testing.T) {
 	if rep.Dials != 3 || len(rep.Samples) != len(names) || !slices.Equal(rep.GossipLog, []string{"killed " + names[3]}) {
 		t.Errorf("report = %+v, want 3 dials, %d samples, one gossip line", rep, len(names))
 	}
+	if err := pf.fanoutWatch(ctx, true); err != nil {
+		t.Fatalf("fanout on: %v", err)
+	}
+	got, missing, err := pf.fanoutWait(ctx, "42", time.Second)
+	if err != nil || len(got) != len(names)-1 || missing != 1 || slices.ContainsFunc(got, func(at int64) bool { return at != 42 }) {
+		t.Errorf("fanoutWait = %v, %d missing, %v; want %d receipts at 42, 1 missing", got, missing, err, len(names)-1)
+	}
 	if m, err := pf.mem(); err != nil || m.rss <= 0 || m.anon <= 0 || m.anon > m.rss {
 		t.Errorf("mem = %+v, %v", m, err)
 	}
@@ -438,5 +489,30 @@ func TestGossipRecorder(t *testing.T) {
 	}
 	if l := g.lines(); len(l) != maxGossipLines+1 || l[len(l)-1] != "(2 more lines not kept)" {
 		t.Errorf("after overflow: %d lines, last %q", len(l), l[len(l)-1])
+	}
+}
+
+func TestFloorRetry(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{rpctypes.ErrTooManyRequests, true},
+		{rpctypes.ErrTimeout, true},
+		{fmt.Errorf("wrapped: %w", rpctypes.ErrTimeout), true},
+		{rpctypes.ErrKeyNotFound, false},
+		{context.Canceled, false},
+		{context.DeadlineExceeded, true},
+		{nil, false},
+	} {
+		if got := floorRetry(context.Background(), c.err); got != c.want {
+			t.Errorf("floorRetry(%v) = %v, want %v", c.err, got, c.want)
+		}
+	}
+	ended, cancel := context.WithTimeout(context.Background(), 0)
+	defer cancel()
+	<-ended.Done()
+	if floorRetry(ended, context.DeadlineExceeded) {
+		t.Error("floorRetry retries the run's own deadline")
 	}
 }

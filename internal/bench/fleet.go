@@ -100,7 +100,11 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	defer os.RemoveAll(dir)
 
 	log.Info("starting server", "gossip", useGossip)
-	srv, err := startServer(ctx, dir, useGossip, cfg.GossipProfile, cfg.UnreachableGrace, log.With("side", "server"))
+	var pingTimeout time.Duration
+	if procs == 0 || cfg.Nodes > procs {
+		pingTimeout = sharedPingTimeout
+	}
+	srv, err := startServer(ctx, dir, useGossip, cfg.GossipProfile, cfg.UnreachableGrace, pingTimeout, log.With("side", "server"))
 	if err != nil {
 		return nil, err
 	}
@@ -239,6 +243,10 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		return nil, err
 	}
 	res.StatusP50Ms, res.StatusP99Ms, res.StatusSamples = quantiles(rep.Samples)
+
+	if err := fanout(ctx, srv, fl, cfg.Nodes, res, log); err != nil {
+		return nil, err
+	}
 
 	if cfg.IdleTraffic > 0 {
 		if err := idleTraffic(ctx, fl, cfg.IdleTraffic, cfg.IdleSettle, cfg.Nodes, res, log); err != nil {
@@ -450,6 +458,15 @@ func drain(ctx context.Context, w watch.Interface, r *resources.Resource, f func
 		}
 	}
 }
+
+// sharedPingTimeout is the API's HTTP/2 ping timeout when simulated agents
+// share a process's connections. With the real agent's 1 s, a process of
+// thousands of agents that answered a ping late (busy, or starved by the
+// machine's other load) lost a connection carrying hundreds of their
+// watches at once, and they all re-listed together: at 10,000 nodes on a
+// loaded machine, thousands of re-lists during registration and
+// convergence. A real node's late answer closes its own connection only.
+const sharedPingTimeout = 5 * time.Second
 
 // gossipSettle is how long a fleet with gossip idles after every member
 // joined: memberlist retransmits each join about a dozen times at N=100.

@@ -134,16 +134,19 @@ func (s *benchServer) fixedFloor(ctx context.Context, pods []podWrites) (time.Du
 	return best, bestC, trials, nil
 }
 
-// retryBusy runs fn until it succeeds, fails with an error other than
-// etcd's "too many requests", or has waited a minute. etcd sheds load when
+// retryBusy runs fn until it succeeds, fails with an error floorRetry does
+// not retry, or has waited a minute. etcd sheds load when
 // its apply falls far behind its commit (thousands of writers at once; at
 // 5,000 nodes for seconds): the floor backs off and retries, as the store's
-// callers would, and the wait is part of the floor.
+// callers would, and the wait is part of the floor; at 10,000 nodes some
+// requests also time out in its queue. A create that timed out but was
+// applied finds its key and does nothing; a repeated put or delete writes
+// once more.
 func retryBusy(ctx context.Context, fn func() error) error {
 	var err error
 	for wait, waited := 10*time.Millisecond, time.Duration(0); ; wait = min(2*wait, 200*time.Millisecond) {
 		err = fn()
-		if !errors.Is(err, rpctypes.ErrTooManyRequests) || waited >= time.Minute {
+		if !floorRetry(ctx, err) || waited >= time.Minute {
 			return err
 		}
 		select {
@@ -153,4 +156,12 @@ func retryBusy(ctx context.Context, fn func() error) error {
 		}
 		waited += wait
 	}
+}
+
+// floorRetry reports whether a floor write that failed with err is retried:
+// etcd shedding load, or timing a request out in its queue (which a starved
+// etcd reports as a deadline of its own, while ctx is live).
+func floorRetry(ctx context.Context, err error) bool {
+	return errors.Is(err, rpctypes.ErrTooManyRequests) || errors.Is(err, rpctypes.ErrTimeout) ||
+		(errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil)
 }

@@ -361,6 +361,29 @@ func (p *procFleet) kill(ctx context.Context, name string) error {
 	return err
 }
 
+func (p *procFleet) fanoutWatch(ctx context.Context, on bool) error {
+	return p.each(func(_ int, c *procChild) error {
+		_, err := c.request(ctx, request{Op: opFanout, On: on}, p.timeout)
+		return err
+	})
+}
+
+func (p *procFleet) fanoutWait(ctx context.Context, rv string, timeout time.Duration) ([]int64, int, error) {
+	reps := make([]reply, len(p.children))
+	err := p.eachN(len(p.children), func(i int, c *procChild) error {
+		var err error
+		reps[i], err = c.request(ctx, request{Op: opFanWait, RV: rv, TimeoutMS: timeout.Milliseconds()}, timeout+p.timeout)
+		return err
+	})
+	var got []int64
+	missing := 0
+	for _, r := range reps {
+		got = append(got, r.ReceiptsNS...)
+		missing += r.Missing
+	}
+	return got, missing, err
+}
+
 // stop stops every child (bounded: a child that does not exit is killed).
 func (p *procFleet) stop() {
 	p.stopOnce.Do(func() {

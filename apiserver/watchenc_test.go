@@ -1,0 +1,87 @@
+package apiserver
+
+import (
+	"bytes"
+	"encoding/json"
+	"sync"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+)
+
+func TestWatchEncodingsShareOneEncoding(t *testing.T) {
+	c := newWatchEncodings(2)
+	svc := &corev1.Service{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
+		ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "default", ResourceVersion: "7"}}
+	var want bytes.Buffer
+	if err := json.NewEncoder(&want).Encode(watchEvent{Type: watch.Modified, Object: svc}); err != nil {
+		t.Fatal(err)
+	}
+	const streams = 8
+	got := make([][]byte, streams)
+	var wg sync.WaitGroup
+	for i := range streams {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b, err := c.encode(watch.Modified, svc)
+			if err != nil {
+				t.Errorf("encode: %v", err)
+			}
+			got[i] = b
+		}()
+	}
+	wg.Wait()
+	for i, b := range got {
+		if !bytes.Equal(b, want.Bytes()) {
+			t.Fatalf("stream %d got %q, want %q", i, b, want.Bytes())
+		}
+		if &b[0] != &got[0][0] {
+			t.Errorf("stream %d got its own encoding, not the shared one", i)
+		}
+	}
+	// Another event type of the same object is another event.
+	if b, _ := c.encode(watch.Deleted, svc); bytes.Equal(b, want.Bytes()) {
+		t.Errorf("DELETED encoded as %q", b)
+	}
+
+	// The cache holds size entries: the oldest goes first.
+	other := svc.DeepCopy()
+	other.Name = "b"
+	first, _ := c.encode(watch.Modified, svc)
+	c.encode(watch.Modified, other) // evicts svc's MODIFIED (the oldest)
+	again, _ := c.encode(watch.Modified, svc)
+	if !bytes.Equal(again, first) {
+		t.Fatalf("re-encoded %q, want %q", again, first)
+	}
+	if &again[0] == &first[0] {
+		t.Error("an evicted event's encoding was still shared")
+	}
+	if len(c.entries) != 2 || len(c.ring) != 2 {
+		t.Errorf("cache holds %d entries (%d in order), want 2", len(c.entries), len(c.ring))
+	}
+}
+
+func TestSharedJSONEventsWritesWhatJSONEventsWrites(t *testing.T) {
+	svc := &corev1.Service{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
+		ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "default", ResourceVersion: "7"}}
+	bm := &corev1.Service{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
+		ObjectMeta: metav1.ObjectMeta{ResourceVersion: "9"}}
+	evs := []watch.Event{{Type: watch.Added, Object: svc}, {Type: watch.Modified, Object: svc},
+		{Type: watch.Bookmark, Object: bm}, {Type: watch.Deleted, Object: svc}}
+	var want, got bytes.Buffer
+	plain, shared := jsonEvents(&want), sharedJSONEvents(&got, newWatchEncodings(watchEncodingsSize))
+	for _, ev := range evs {
+		if err := plain(ev.Type, ev.Object); err != nil {
+			t.Fatal(err)
+		}
+		if err := shared(ev.Type, ev.Object); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got.String() != want.String() {
+		t.Errorf("shared encoding wrote\n%s\nwant\n%s", got.String(), want.String())
+	}
+}
