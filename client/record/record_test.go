@@ -201,26 +201,59 @@ func TestSpamFilter(t *testing.T) {
 	}
 }
 
-// TestSinkErrors: an API Status reaches client-go unwrapped (it then gives
-// up on the event rather than retrying), other errors are wrapped.
-func TestSinkErrors(t *testing.T) {
-	fc := fake.New()
-	s := &sink{api: fc, timeout: time.Second}
-	s.start()
-	defer s.stop()
+// TestWriteErrors: an event the API refuses (a Status) is not retried;
+// one the API did not answer is retried until written; a count raised on
+// an Event that is gone creates it afresh, as client-go's recorder does.
+func TestWriteErrors(t *testing.T) {
+	_, rec, fc := started(t, Options{RetryDelay: time.Millisecond})
+	creates := func(name string) int {
+		n := 0
+		for _, a := range fc.Actions() {
+			if a.Resource == "events" && a.Verb == fake.VerbCreate && strings.HasPrefix(a.Name, name+".") {
+				n++
+			}
+		}
+		return n
+	}
 	forbidden := apierrors.NewForbidden(schema.GroupResource{Resource: "events"}, "x", errors.New("no"))
 	fc.Fail(fake.VerbCreate, "events", fmt.Errorf("wrapped: %w", forbidden))
-	ev := &corev1.Event{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "e"}}
-	if _, err := s.Create(ev); err != forbidden { // the very error, unwrapped: client-go type-switches on it
-		t.Errorf("create: %v (%T), want the StatusError itself", err, err)
+	rec.Event(daemonSet("refused"), corev1.EventTypeNormal, "R", "m")
+	testkit.EventuallyTrue(t, wait, "refused create", func() bool { return creates("refused") == 1 })
+	fc.Fail(fake.VerbCreate, "events", nil)
+	barrier(t, rec, fc)
+	if n := creates("refused"); n != 1 {
+		t.Errorf("a refused event was tried %d times, want 1", n)
 	}
-	boom := errors.New("connection refused")
-	fc.Fail(fake.VerbCreate, "events", boom)
-	if _, err := s.Create(ev); !errors.Is(err, boom) {
-		t.Errorf("create: %v, want it to wrap %v", err, boom)
+
+	failures := 3 // then the API answers again; the writer tries 12 times
+	fc.FailFunc(fake.VerbCreate, "events", func(fake.Action) error {
+		if failures == 0 {
+			return nil
+		}
+		failures--
+		return errors.New("connection refused")
+	})
+	rec.Event(daemonSet("retried"), corev1.EventTypeNormal, "R", "m")
+	testkit.EventuallyTrue(t, wait, "event written after retries", func() bool { return len(events(t, fc, "ns", "retried")) == 1 })
+	fc.Fail(fake.VerbCreate, "events", nil)
+	if n := creates("retried"); n != 4 {
+		t.Errorf("%d creates, want 4 (three failed)", n)
 	}
-	if _, err := s.Patch(ev, []byte(`{"count":2}`)); !apierrors.IsNotFound(err) {
-		t.Errorf("patch of a missing event: %v, want NotFound", err)
+
+	gone := daemonSet("gone")
+	rec.Event(gone, corev1.EventTypeNormal, "R", "m")
+	barrier(t, rec, fc)
+	evs := events(t, fc, "ns", "gone")
+	if len(evs) != 1 {
+		t.Fatalf("%d events, want 1", len(evs))
+	}
+	if _, err := fc.Delete(context.Background(), resources.Events, "ns", evs[0].Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	rec.Event(gone, corev1.EventTypeNormal, "R", "m")
+	barrier(t, rec, fc)
+	if evs := events(t, fc, "ns", "gone"); len(evs) != 1 || evs[0].Count != 2 {
+		t.Errorf("after the Event was deleted: %+v, want it created afresh with count 2", evs)
 	}
 }
 
@@ -275,8 +308,8 @@ func (h *hangingClient) Create(ctx context.Context, obj client.Object, opts clie
 	return nil, ctx.Err()
 }
 
-// TestShutdownLeavesNoGoroutine: Shutdown stops client-go's broadcaster and
-// sink goroutines, also with an API call hanging; Run stops when ctx ends.
+// TestShutdownLeavesNoGoroutine: Shutdown stops the writer goroutine, also
+// with an API call hanging; Run stops when ctx ends.
 func TestShutdownLeavesNoGoroutine(t *testing.T) {
 	checkLeaks := testkit.LeakCheck(t)
 	hc := &hangingClient{Client: fake.New()}
@@ -309,9 +342,9 @@ func TestShutdownLeavesNoGoroutine(t *testing.T) {
 	checkLeaks()
 }
 
-// TestNothingLoggedAfterShutdown: client-go's sink goroutine, waiting to
-// retry a failed write when Shutdown comes, logs nothing once Shutdown has
-// returned (a test's logger may be gone by then).
+// TestNothingLoggedAfterShutdown: the writer, waiting to retry a failed
+// write when Shutdown comes, logs nothing once Shutdown has returned (a
+// test's logger may be gone by then).
 func TestNothingLoggedAfterShutdown(t *testing.T) {
 	checkLeaks := testkit.LeakCheck(t)
 	var out testkit.Buffer
