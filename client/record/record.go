@@ -16,7 +16,7 @@
 // The DaemonSet and node lifecycle controllers and the node agent each own
 // one Broadcaster:
 //
-//	b := record.NewBroadcaster(api, record.Options{Logger: log})
+//	b := record.NewBroadcaster(api, record.Options{Logger: log, ResourceFor: resources.ForObject})
 //	rec := b.NewRecorder(corev1.EventSource{Component: "daemonset-controller"})
 //	b.Start()
 //	defer b.Shutdown()
@@ -44,12 +44,12 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/everynode/everynode/client"
-	"github.com/everynode/everynode/resources"
+	resources "github.com/everynode/everynode/resources/core"
 )
 
 // EventRecorder records events about an object: a typed object of
 // resources (its kind and apiVersion are found from its Go type when its
-// TypeMeta is empty, as in informer caches), or a *corev1.ObjectReference
+// TypeMeta is empty, as in informer caches: see Options.ResourceFor), or a *corev1.ObjectReference
 // to name a part of one, e.g. a container by FieldPath. eventtype is
 // corev1.EventTypeNormal or corev1.EventTypeWarning. client-go's
 // record.EventRecorder has the same methods, so its FakeRecorder serves
@@ -100,6 +100,11 @@ type Options struct {
 	// (logged at debug): the node agent pauses while the API server is
 	// unreachable rather than queueing writes behind retries.
 	Paused func() bool
+	// ResourceFor names the kind and apiVersion of an object whose
+	// TypeMeta is empty, by its Go type; nil knows the core/v1 kinds alone
+	// (resources/core.ForObject, all the node agent records events about).
+	// Controllers pass resources.ForObject.
+	ResourceFor func(runtime.Object) *resources.Resource
 }
 
 // Broadcaster sends the events of its recorders to the API. Create it with
@@ -129,6 +134,9 @@ func NewBroadcaster(api EventClient, o Options) *Broadcaster {
 	}
 	if o.RetryDelay <= 0 {
 		o.RetryDelay = DefaultRetryDelay
+	}
+	if o.ResourceFor == nil {
+		o.ResourceFor = resources.ForObject
 	}
 	return &Broadcaster{api: api, log: o.Logger, clock: o.Clock, opts: o}
 }
@@ -212,7 +220,7 @@ func (r *recorder) AnnotatedEventf(obj runtime.Object, annotations map[string]st
 }
 
 func (r *recorder) record(obj runtime.Object, annotations map[string]string, eventtype, reason, message string) {
-	ref, err := reference(obj)
+	ref, err := reference(obj, r.b.opts.ResourceFor)
 	if err != nil {
 		r.b.log.Error("Could not construct reference, will not report event", "err", err, "type", eventtype, "reason", reason, "message", message)
 		return
@@ -245,7 +253,7 @@ func (r *recorder) record(obj runtime.Object, annotations map[string]string, eve
 // reference.GetReference: a *corev1.ObjectReference as it is, else the
 // object's kind, apiVersion (from its TypeMeta, else from its Go type),
 // namespace, name, uid and resourceVersion.
-func reference(obj runtime.Object) (*corev1.ObjectReference, error) {
+func reference(obj runtime.Object, resourceFor func(runtime.Object) *resources.Resource) (*corev1.ObjectReference, error) {
 	if obj == nil {
 		return nil, errors.New("nil object")
 	}
@@ -255,7 +263,7 @@ func reference(obj runtime.Object) (*corev1.ObjectReference, error) {
 	}
 	gvk := obj.GetObjectKind().GroupVersionKind()
 	if gvk.Kind == "" || gvk.Version == "" {
-		r := resources.ForObject(obj)
+		r := resourceFor(obj)
 		if r == nil {
 			return nil, fmt.Errorf("%T is not a served resource", obj)
 		}

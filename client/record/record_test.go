@@ -37,6 +37,9 @@ func daemonSet(name string) *appsv1.DaemonSet {
 func started(t *testing.T, o Options) (*Broadcaster, EventRecorder, *fake.Client) {
 	t.Helper()
 	fc := fake.New()
+	if o.ResourceFor == nil {
+		o.ResourceFor = resources.ForObject // the tests' objects are DaemonSets
+	}
 	b := NewBroadcaster(fc, o)
 	b.Start()
 	t.Cleanup(b.Shutdown)
@@ -277,7 +280,7 @@ func TestPausedDropsEvents(t *testing.T) {
 // until Start, then records them; after Shutdown it drops them again.
 func TestNotStartedDropsEvents(t *testing.T) {
 	fc := fake.New()
-	b := NewBroadcaster(fc, Options{})
+	b := NewBroadcaster(fc, Options{ResourceFor: resources.ForObject})
 	rec := b.NewRecorder(source)
 	rec.Event(daemonSet("early"), corev1.EventTypeNormal, "R", "m")
 	b.Start()
@@ -313,7 +316,7 @@ func (h *hangingClient) Create(ctx context.Context, obj client.Object, opts clie
 func TestShutdownLeavesNoGoroutine(t *testing.T) {
 	checkLeaks := testkit.LeakCheck(t)
 	hc := &hangingClient{Client: fake.New()}
-	b := NewBroadcaster(hc, Options{})
+	b := NewBroadcaster(hc, Options{ResourceFor: resources.ForObject})
 	rec := b.NewRecorder(source)
 	b.Start()
 	b.Start() // no-op
@@ -325,7 +328,7 @@ func TestShutdownLeavesNoGoroutine(t *testing.T) {
 
 	// Started again, and stopped through Run's context.
 	fc := fake.New()
-	b = NewBroadcaster(fc, Options{})
+	b = NewBroadcaster(fc, Options{ResourceFor: resources.ForObject})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { b.Run(ctx); close(done) }()
@@ -350,7 +353,7 @@ func TestNothingLoggedAfterShutdown(t *testing.T) {
 	var out testkit.Buffer
 	fc := fake.New()
 	fc.Fail(fake.VerbCreate, "events", errors.New("connection refused"))
-	b := NewBroadcaster(fc, Options{Logger: slog.New(slog.NewTextHandler(&out, nil))})
+	b := NewBroadcaster(fc, Options{Logger: slog.New(slog.NewTextHandler(&out, nil)), ResourceFor: resources.ForObject})
 	b.Start()
 	b.NewRecorder(source).Event(daemonSet("foo"), corev1.EventTypeNormal, "R", "m")
 	testkit.EventuallyTrue(t, wait, "failed write logged", func() bool { return out.Contains("may retry after sleeping") })
@@ -359,5 +362,35 @@ func TestNothingLoggedAfterShutdown(t *testing.T) {
 	checkLeaks()
 	if after := strings.TrimPrefix(out.String(), logged); after != "" {
 		t.Errorf("logged after Shutdown: %s", after)
+	}
+}
+
+// TestDefaultKindsAreCore: without Options.ResourceFor the recorder names
+// core/v1 objects without TypeMeta, and drops (and logs) an event about an
+// object of another group it cannot name; with TypeMeta set it needs no
+// lookup.
+func TestDefaultKindsAreCore(t *testing.T) {
+	var out testkit.Buffer
+	fc := fake.New()
+	b := NewBroadcaster(fc, Options{Logger: slog.New(slog.NewTextHandler(&out, nil))})
+	b.Start()
+	defer b.Shutdown()
+	rec := b.NewRecorder(source)
+	rec.Event(daemonSet("unnamed"), corev1.EventTypeNormal, "R", "m")
+	if !out.Contains("Could not construct reference") {
+		t.Errorf("event about a DaemonSet without TypeMeta: logged %q", out.String())
+	}
+	typed := daemonSet("typed")
+	typed.APIVersion, typed.Kind = "apps/v1", "DaemonSet"
+	rec.Event(typed, corev1.EventTypeNormal, "R", "m")
+	rec.Event(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "pod"}}, corev1.EventTypeNormal, "R", "m")
+	testkit.EventuallyTrue(t, wait, "events written", func() bool {
+		return len(events(t, fc, "ns", "typed")) == 1 && len(events(t, fc, "ns", "pod")) == 1
+	})
+	if ev := events(t, fc, "ns", "pod")[0]; ev.InvolvedObject.Kind != "Pod" || ev.InvolvedObject.APIVersion != "v1" {
+		t.Errorf("pod event's object %+v", ev.InvolvedObject)
+	}
+	if n := len(events(t, fc, "ns", "unnamed")); n != 0 {
+		t.Errorf("%d events about the unnamed DaemonSet", n)
 	}
 }

@@ -124,6 +124,13 @@ var Rules = []Rule{
 		Transitive: true,
 	},
 	{
+		Name: "the lean agent binary links the core/v1 kinds of the resource table (resources/core), not the whole table: of k8s.io/api only core/v1 and authentication/v1 (token requests), no CRD types",
+		From: Is(Module + "/cmd/everynode-agent"),
+		To: Any(Is(Module+"/resources"), Prefix("k8s.io/apiextensions-apiserver/"),
+			And(Prefix("k8s.io/api/"), Not(Any(Is("k8s.io/api/core/v1"), Is("k8s.io/api/authentication/v1"))))),
+		Transitive: true,
+	},
+	{
 		Name: "the CLI starts servers through server/, it does not open the store",
 		From: Under("cmd"), To: Under("store"), Tests: true,
 	},

@@ -38,8 +38,8 @@ const (
 	// LeanAgentBinPath is where "install agent" puts the lean agent
 	// binary (everynode-agent) when it installs that one.
 	LeanAgentBinPath = "/usr/local/bin/" + LeanAgentBinary
-	ConfigDir      = "/etc/everynode"
-	DataRoot       = "/var/lib/everynode"
+	ConfigDir        = "/etc/everynode"
+	DataRoot         = "/var/lib/everynode"
 )
 
 // Spec is what one installed service runs.
