@@ -219,12 +219,18 @@ func (c *InstallCommand) Run(ctx context.Context, std IO) error {
 
 // leanAgentBeside returns the lean agent binary beside self when there is
 // one of this binary's version, else "", and a line saying which binary
-// the agent service runs and why.
+// the agent service runs and why. Beside "everynode" it looks for
+// "everynode-agent"; beside a release file such as "everynode-linux-arm64"
+// for "everynode-agent-linux-arm64".
 func leanAgentBeside(ctx context.Context, self string) (lean, note string) {
-	path := filepath.Join(filepath.Dir(self), service.LeanAgentBinary)
+	name := service.LeanAgentBinary
+	if rest, ok := strings.CutPrefix(filepath.Base(self), "everynode"); ok {
+		name += rest
+	}
+	path := filepath.Join(filepath.Dir(self), name)
 	fi, err := os.Stat(path)
 	if err != nil || !fi.Mode().IsRegular() || fi.Mode()&0o111 == 0 {
-		return "", fmt.Sprintf("Binary: %s (everynode itself; put %s beside it to install the lean agent, docs/agent.md)", service.DefaultBinPath, service.LeanAgentBinary)
+		return "", fmt.Sprintf("Binary: %s (everynode itself; put %s beside it to install the lean agent, docs/agent.md)", service.DefaultBinPath, name)
 	}
 	want := service.LeanAgentBinary + " version " + version.Get()
 	out, err := exec.CommandContext(ctx, path, "version").Output()

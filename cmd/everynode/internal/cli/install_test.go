@@ -171,6 +171,18 @@ func TestInstallAgentLeanBinary(t *testing.T) {
 		t.Errorf("everynode not installed: %v %q", err, b)
 	}
 
+	// Release files keep their names: everynode-agent-linux-arm64 beside
+	// everynode-linux-arm64.
+	self, lean = filepath.Join(dir, "everynode-linux-arm64"), filepath.Join(dir, "everynode-agent-linux-arm64")
+	if err := os.WriteFile(self, []byte("full"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeLean(version.Get())
+	root = t.TempDir()
+	if out, unit, err = install(root); err != nil || !strings.Contains(unit, "ExecStart=/usr/local/bin/everynode-agent agent ") {
+		t.Errorf("release file names: %v\n%s\n%s", err, out, unit)
+	}
+
 	if err := os.Remove(lean); err != nil {
 		t.Fatal(err)
 	}
