@@ -28,9 +28,9 @@ import (
 // idleGCPercent is the lean agent's GOGC unless the environment sets one.
 // An idle agent's live heap is 1–3 MiB and Go's smallest heap goal is
 // 4 MiB × GOGC/100, so at the default of 100 the heap grows to about twice
-// what it holds; at 50 the agent holds about 0.6–1.5 MiB less, and since it
-// allocates little while idle the extra collections cost no measurable CPU
-// (docs/agent.md, "Footprint").
+// what it holds; at 50 the agent holds up to 1.5 MiB less (with Docker
+// pods), for collections about twice as often: about 1.3 ms of CPU per
+// second with 5 Docker pods (docs/agent.md, "Footprint").
 const idleGCPercent = 50
 
 func main() {
