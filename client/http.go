@@ -20,12 +20,13 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/version"
 	"k8s.io/apimachinery/pkg/watch"
 
-	"github.com/everynode/everynode/resources"
+	resources "github.com/everynode/everynode/resources/core"
 )
 
 // Config says how to reach and authenticate to an everynode API server.
@@ -64,6 +65,12 @@ type Config struct {
 	// DefaultPingTimeout; slow links (the wan gossip profile) ping less
 	// often.
 	PingAfter, PingTimeout time.Duration
+	// ResourceFor finds the resource of an object given to Create or
+	// Update by its Go type. nil knows the core/v1 kinds alone
+	// (resources/core.ForObject), all the node agent writes; pass
+	// resources.ForObject to write any served kind. (The default keeps the
+	// rest of the resource table out of the lean agent's binary.)
+	ResourceFor func(runtime.Object) *resources.Resource
 }
 
 // failoverDialTimeout bounds connecting to a server when Config.Servers
@@ -105,6 +112,7 @@ type HTTP struct {
 	log     *slog.Logger
 	hc      *http.Client
 	watch   *watchCodec
+	kindOf  func(runtime.Object) *resources.Resource
 }
 
 var _ Interface = (*HTTP)(nil)
@@ -142,6 +150,10 @@ func NewHTTP(cfg Config) (*HTTP, error) {
 		log:     cfg.Logger,
 		hc:      &http.Client{Transport: tr},
 		watch:   newWatchCodec(),
+		kindOf:  cfg.ResourceFor,
+	}
+	if h.kindOf == nil {
+		h.kindOf = resources.ForObject
 	}
 	if cfg.Transport != nil {
 		h.hc = &http.Client{Transport: cfg.Transport}
@@ -272,7 +284,7 @@ func (h *HTTP) List(ctx context.Context, r *resources.Resource, namespace string
 // Create implements Interface. A namespaced object without a namespace goes
 // to "default", as with kubectl.
 func (h *HTTP) Create(ctx context.Context, obj Object, opts WriteOptions) (Object, error) {
-	r, data, err := encodeObject(obj)
+	r, data, err := h.encodeObject(obj)
 	if err != nil {
 		return nil, err
 	}
@@ -294,7 +306,7 @@ func (h *HTTP) UpdateStatus(ctx context.Context, obj Object, opts WriteOptions) 
 }
 
 func (h *HTTP) put(ctx context.Context, obj Object, opts WriteOptions, sub string) (Object, error) {
-	r, data, err := encodeObject(obj)
+	r, data, err := h.encodeObject(obj)
 	if err != nil {
 		return nil, err
 	}
@@ -385,10 +397,10 @@ func namespaceOf(r *resources.Resource, obj Object) string {
 }
 
 // encodeObject marshals a copy of obj with apiVersion and kind set.
-func encodeObject(obj Object) (*resources.Resource, []byte, error) {
-	r := resources.ForObject(obj)
+func (h *HTTP) encodeObject(obj Object) (*resources.Resource, []byte, error) {
+	r := h.kindOf(obj)
 	if r == nil {
-		return nil, nil, fmt.Errorf("client: %T is not a served resource", obj)
+		return nil, nil, fmt.Errorf("client: %T is not a served resource (or not one Config.ResourceFor knows)", obj)
 	}
 	cp := obj.DeepCopyObject()
 	r.SetTypeMeta(cp)

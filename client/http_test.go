@@ -45,7 +45,7 @@ func newFakeServer(t *testing.T, routes map[string]http.HandlerFunc) (*fakeServe
 	fs.StartTLS()
 	t.Cleanup(fs.Close)
 	caPEM := pemCert(fs.Certificate().Raw)
-	c, err := NewHTTP(Config{Server: fs.URL, CAPEM: caPEM, Token: "secret-token", Timeout: 5 * time.Second})
+	c, err := NewHTTP(Config{Server: fs.URL, CAPEM: caPEM, Token: "secret-token", Timeout: 5 * time.Second, ResourceFor: resources.ForObject})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,6 +154,15 @@ func TestVerbs(t *testing.T) {
 	}
 
 	in := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "agent"}} // no namespace: default
+	// A client without Config.ResourceFor writes the core/v1 kinds alone.
+	coreOnly, err := NewHTTP(Config{Server: fs.URL, CAPEM: pemCert(fs.Certificate().Raw), Token: "secret-token"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer coreOnly.Close()
+	if _, err := coreOnly.Create(ctx, in, WriteOptions{}); err == nil || !strings.Contains(err.Error(), "*v1.DaemonSet is not a served resource") {
+		t.Errorf("a DaemonSet created without Config.ResourceFor: %v", err)
+	}
 	if _, err := c.Create(ctx, in, WriteOptions{FieldManager: "everynode", DryRun: true}); err != nil {
 		t.Fatal(err)
 	}

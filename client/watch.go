@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"sync"
 
 	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -17,36 +18,46 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	restwatch "k8s.io/client-go/rest/watch"
 
-	"github.com/everynode/everynode/resources"
+	resources "github.com/everynode/everynode/resources/core"
 )
 
 // watchCodec decodes watch streams the way client-go's REST client does
 // (k8s.io/client-go rest/request.go newStreamWatcher): JSON frames of
 // metav1.WatchEvent, each embedded object decoded through a scheme that
-// knows the served kinds and metav1.Status.
+// knows the watched kind and metav1.Status. Each resource's serializer is
+// made at its first watch: a client (the node agent's) that watches a few
+// kinds neither builds nor links a scheme of every served kind.
 type watchCodec struct {
-	serializer *json.Serializer
+	mu          sync.Mutex
+	serializers map[*resources.Resource]*json.Serializer
 }
 
 func newWatchCodec() *watchCodec {
+	return &watchCodec{serializers: map[*resources.Resource]*json.Serializer{}}
+}
+
+// serializer returns r's serializer, made on first use.
+func (c *watchCodec) serializer(r *resources.Resource) *json.Serializer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if s, ok := c.serializers[r]; ok {
+		return s
+	}
 	scheme := runtime.NewScheme()
-	gvs := map[schema.GroupVersion]bool{}
-	for _, r := range resources.All() {
-		scheme.AddKnownTypes(r.GroupVersion(), r.New())
-		gvs[r.GroupVersion()] = true
-	}
-	for gv := range gvs {
-		metav1.AddToGroupVersion(scheme, gv) // WatchEvent, and Status as v1
-	}
-	return &watchCodec{serializer: json.NewSerializerWithOptions(json.DefaultMetaFactory, scheme, scheme, json.SerializerOptions{})}
+	scheme.AddKnownTypes(r.GroupVersion(), r.New())
+	metav1.AddToGroupVersion(scheme, r.GroupVersion()) // WatchEvent, and Status as v1
+	s := json.NewSerializerWithOptions(json.DefaultMetaFactory, scheme, scheme, json.SerializerOptions{})
+	c.serializers[r] = s
+	return s
 }
 
 // newWatcher turns the body of a watch response into a watch.Interface.
 // cancel cancels the request; ctx is the request's context.
 func (c *watchCodec) newWatcher(ctx context.Context, r *resources.Resource, body io.ReadCloser, cancel func(), log *slog.Logger) watch.Interface {
 	body = &watchBody{ctx: ctx, body: body, cancel: cancel}
-	events := streaming.NewDecoder(json.Framer.NewFrameReader(body), c.serializer)
-	dec := restwatch.NewDecoder(events, objectDecoder{c.serializer, r.GVK()})
+	s := c.serializer(r)
+	events := streaming.NewDecoder(json.Framer.NewFrameReader(body), s)
+	dec := restwatch.NewDecoder(events, objectDecoder{s, r.GVK()})
 	rep := apierrors.NewClientErrorReporter(http.StatusInternalServerError, http.MethodGet, "ClientWatchDecoding")
 	return &streamWatcher{watch.NewStreamWatcherWithLogger(logr.FromSlogHandler(log.Handler()), dec, rep)}
 }

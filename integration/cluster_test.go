@@ -169,7 +169,7 @@ func newClusterWith(t *testing.T, n int, mod func(*server.Config)) *cluster {
 
 // httpClient is an HTTPS client of the cluster's API with token.
 func (c *cluster) httpClient(token string) client.Interface {
-	h, err := client.NewHTTP(client.Config{Server: c.url, CAPEM: c.caPEM, Token: token, Timeout: 10 * time.Second})
+	h, err := client.NewHTTP(client.Config{Server: c.url, CAPEM: c.caPEM, Token: token, Timeout: 10 * time.Second, ResourceFor: resources.ForObject})
 	if err != nil {
 		c.t.Fatalf("client.NewHTTP: %v", err)
 	}

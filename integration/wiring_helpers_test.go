@@ -12,6 +12,7 @@ import (
 
 	"github.com/everynode/everynode/client"
 	"github.com/everynode/everynode/internal/testkit"
+	"github.com/everynode/everynode/resources"
 )
 
 // buildEverynode builds the everynode binary into a temporary directory
@@ -109,6 +110,7 @@ func adminFromKubeconfig(t *testing.T, path string) (*client.HTTP, string) {
 		t.Fatal(err)
 	}
 	cfg.Timeout = 10 * time.Second
+	cfg.ResourceFor = resources.ForObject
 	h, err := client.NewHTTP(cfg)
 	if err != nil {
 		t.Fatal(err)

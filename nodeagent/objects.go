@@ -21,7 +21,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/everynode/everynode/client"
-	"github.com/everynode/everynode/resources"
+	resources "github.com/everynode/everynode/resources/core"
 )
 
 // objectsDir is where the referenced ConfigMaps and Secrets are kept, under

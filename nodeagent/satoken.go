@@ -20,7 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
 
-	"github.com/everynode/everynode/resources"
+	resources "github.com/everynode/everynode/resources/core"
 )
 
 // Service account token defaults, as the ServiceAccount admission plugin and

@@ -14,7 +14,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/everynode/everynode/client"
-	"github.com/everynode/everynode/resources"
+	resources "github.com/everynode/everynode/resources/core"
 )
 
 // PodSink receives the desired pods of this node from a PodSource. Its

@@ -17,7 +17,7 @@ import (
 	"k8s.io/kubernetes/pkg/kubelet/util/format"
 
 	"github.com/everynode/everynode/nodeagent/runtime"
-	"github.com/everynode/everynode/resources"
+	resources "github.com/everynode/everynode/resources/core"
 )
 
 // containerSpec maps a pod container onto the runtime's terms. An error

@@ -13,7 +13,7 @@ import (
 
 	"github.com/everynode/everynode/client"
 	"github.com/everynode/everynode/nodeagent/runtime"
-	"github.com/everynode/everynode/resources"
+	resources "github.com/everynode/everynode/resources/core"
 )
 
 // mt converts a time to the API's second precision, so a status computed

@@ -37,6 +37,9 @@ func daemonSet(name string) *appsv1.DaemonSet {
 func started(t *testing.T, o Options) (*Broadcaster, EventRecorder, *fake.Client) {
 	t.Helper()
 	fc := fake.New()
+	if o.ResourceFor == nil {
+		o.ResourceFor = resources.ForObject // the tests' objects are DaemonSets
+	}
 	b := NewBroadcaster(fc, o)
 	b.Start()
 	t.Cleanup(b.Shutdown)
@@ -201,26 +204,59 @@ func TestSpamFilter(t *testing.T) {
 	}
 }
 
-// TestSinkErrors: an API Status reaches client-go unwrapped (it then gives
-// up on the event rather than retrying), other errors are wrapped.
-func TestSinkErrors(t *testing.T) {
-	fc := fake.New()
-	s := &sink{api: fc, timeout: time.Second}
-	s.start()
-	defer s.stop()
+// TestWriteErrors: an event the API refuses (a Status) is not retried;
+// one the API did not answer is retried until written; a count raised on
+// an Event that is gone creates it afresh, as client-go's recorder does.
+func TestWriteErrors(t *testing.T) {
+	_, rec, fc := started(t, Options{RetryDelay: time.Millisecond})
+	creates := func(name string) int {
+		n := 0
+		for _, a := range fc.Actions() {
+			if a.Resource == "events" && a.Verb == fake.VerbCreate && strings.HasPrefix(a.Name, name+".") {
+				n++
+			}
+		}
+		return n
+	}
 	forbidden := apierrors.NewForbidden(schema.GroupResource{Resource: "events"}, "x", errors.New("no"))
 	fc.Fail(fake.VerbCreate, "events", fmt.Errorf("wrapped: %w", forbidden))
-	ev := &corev1.Event{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "e"}}
-	if _, err := s.Create(ev); err != forbidden { // the very error, unwrapped: client-go type-switches on it
-		t.Errorf("create: %v (%T), want the StatusError itself", err, err)
+	rec.Event(daemonSet("refused"), corev1.EventTypeNormal, "R", "m")
+	testkit.EventuallyTrue(t, wait, "refused create", func() bool { return creates("refused") == 1 })
+	fc.Fail(fake.VerbCreate, "events", nil)
+	barrier(t, rec, fc)
+	if n := creates("refused"); n != 1 {
+		t.Errorf("a refused event was tried %d times, want 1", n)
 	}
-	boom := errors.New("connection refused")
-	fc.Fail(fake.VerbCreate, "events", boom)
-	if _, err := s.Create(ev); !errors.Is(err, boom) {
-		t.Errorf("create: %v, want it to wrap %v", err, boom)
+
+	failures := 3 // then the API answers again; the writer tries 12 times
+	fc.FailFunc(fake.VerbCreate, "events", func(fake.Action) error {
+		if failures == 0 {
+			return nil
+		}
+		failures--
+		return errors.New("connection refused")
+	})
+	rec.Event(daemonSet("retried"), corev1.EventTypeNormal, "R", "m")
+	testkit.EventuallyTrue(t, wait, "event written after retries", func() bool { return len(events(t, fc, "ns", "retried")) == 1 })
+	fc.Fail(fake.VerbCreate, "events", nil)
+	if n := creates("retried"); n != 4 {
+		t.Errorf("%d creates, want 4 (three failed)", n)
 	}
-	if _, err := s.Patch(ev, []byte(`{"count":2}`)); !apierrors.IsNotFound(err) {
-		t.Errorf("patch of a missing event: %v, want NotFound", err)
+
+	gone := daemonSet("gone")
+	rec.Event(gone, corev1.EventTypeNormal, "R", "m")
+	barrier(t, rec, fc)
+	evs := events(t, fc, "ns", "gone")
+	if len(evs) != 1 {
+		t.Fatalf("%d events, want 1", len(evs))
+	}
+	if _, err := fc.Delete(context.Background(), resources.Events, "ns", evs[0].Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	rec.Event(gone, corev1.EventTypeNormal, "R", "m")
+	barrier(t, rec, fc)
+	if evs := events(t, fc, "ns", "gone"); len(evs) != 1 || evs[0].Count != 2 {
+		t.Errorf("after the Event was deleted: %+v, want it created afresh with count 2", evs)
 	}
 }
 
@@ -244,7 +280,7 @@ func TestPausedDropsEvents(t *testing.T) {
 // until Start, then records them; after Shutdown it drops them again.
 func TestNotStartedDropsEvents(t *testing.T) {
 	fc := fake.New()
-	b := NewBroadcaster(fc, Options{})
+	b := NewBroadcaster(fc, Options{ResourceFor: resources.ForObject})
 	rec := b.NewRecorder(source)
 	rec.Event(daemonSet("early"), corev1.EventTypeNormal, "R", "m")
 	b.Start()
@@ -275,12 +311,12 @@ func (h *hangingClient) Create(ctx context.Context, obj client.Object, opts clie
 	return nil, ctx.Err()
 }
 
-// TestShutdownLeavesNoGoroutine: Shutdown stops client-go's broadcaster and
-// sink goroutines, also with an API call hanging; Run stops when ctx ends.
+// TestShutdownLeavesNoGoroutine: Shutdown stops the writer goroutine, also
+// with an API call hanging; Run stops when ctx ends.
 func TestShutdownLeavesNoGoroutine(t *testing.T) {
 	checkLeaks := testkit.LeakCheck(t)
 	hc := &hangingClient{Client: fake.New()}
-	b := NewBroadcaster(hc, Options{})
+	b := NewBroadcaster(hc, Options{ResourceFor: resources.ForObject})
 	rec := b.NewRecorder(source)
 	b.Start()
 	b.Start() // no-op
@@ -292,7 +328,7 @@ func TestShutdownLeavesNoGoroutine(t *testing.T) {
 
 	// Started again, and stopped through Run's context.
 	fc := fake.New()
-	b = NewBroadcaster(fc, Options{})
+	b = NewBroadcaster(fc, Options{ResourceFor: resources.ForObject})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { b.Run(ctx); close(done) }()
@@ -309,15 +345,15 @@ func TestShutdownLeavesNoGoroutine(t *testing.T) {
 	checkLeaks()
 }
 
-// TestNothingLoggedAfterShutdown: client-go's sink goroutine, waiting to
-// retry a failed write when Shutdown comes, logs nothing once Shutdown has
-// returned (a test's logger may be gone by then).
+// TestNothingLoggedAfterShutdown: the writer, waiting to retry a failed
+// write when Shutdown comes, logs nothing once Shutdown has returned (a
+// test's logger may be gone by then).
 func TestNothingLoggedAfterShutdown(t *testing.T) {
 	checkLeaks := testkit.LeakCheck(t)
 	var out testkit.Buffer
 	fc := fake.New()
 	fc.Fail(fake.VerbCreate, "events", errors.New("connection refused"))
-	b := NewBroadcaster(fc, Options{Logger: slog.New(slog.NewTextHandler(&out, nil))})
+	b := NewBroadcaster(fc, Options{Logger: slog.New(slog.NewTextHandler(&out, nil)), ResourceFor: resources.ForObject})
 	b.Start()
 	b.NewRecorder(source).Event(daemonSet("foo"), corev1.EventTypeNormal, "R", "m")
 	testkit.EventuallyTrue(t, wait, "failed write logged", func() bool { return out.Contains("may retry after sleeping") })
@@ -326,5 +362,35 @@ func TestNothingLoggedAfterShutdown(t *testing.T) {
 	checkLeaks()
 	if after := strings.TrimPrefix(out.String(), logged); after != "" {
 		t.Errorf("logged after Shutdown: %s", after)
+	}
+}
+
+// TestDefaultKindsAreCore: without Options.ResourceFor the recorder names
+// core/v1 objects without TypeMeta, and drops (and logs) an event about an
+// object of another group it cannot name; with TypeMeta set it needs no
+// lookup.
+func TestDefaultKindsAreCore(t *testing.T) {
+	var out testkit.Buffer
+	fc := fake.New()
+	b := NewBroadcaster(fc, Options{Logger: slog.New(slog.NewTextHandler(&out, nil))})
+	b.Start()
+	defer b.Shutdown()
+	rec := b.NewRecorder(source)
+	rec.Event(daemonSet("unnamed"), corev1.EventTypeNormal, "R", "m")
+	if !out.Contains("Could not construct reference") {
+		t.Errorf("event about a DaemonSet without TypeMeta: logged %q", out.String())
+	}
+	typed := daemonSet("typed")
+	typed.APIVersion, typed.Kind = "apps/v1", "DaemonSet"
+	rec.Event(typed, corev1.EventTypeNormal, "R", "m")
+	rec.Event(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "pod"}}, corev1.EventTypeNormal, "R", "m")
+	testkit.EventuallyTrue(t, wait, "events written", func() bool {
+		return len(events(t, fc, "ns", "typed")) == 1 && len(events(t, fc, "ns", "pod")) == 1
+	})
+	if ev := events(t, fc, "ns", "pod")[0]; ev.InvolvedObject.Kind != "Pod" || ev.InvolvedObject.APIVersion != "v1" {
+		t.Errorf("pod event's object %+v", ev.InvolvedObject)
+	}
+	if n := len(events(t, fc, "ns", "unnamed")); n != 0 {
+		t.Errorf("%d events about the unnamed DaemonSet", n)
 	}
 }

@@ -97,7 +97,7 @@ func New(cfg Config) (_ *Controller, err error) {
 	if clk == nil {
 		clk = clock.RealClock{}
 	}
-	events := record.NewBroadcaster(cfg.Client, record.Options{Logger: logger, Clock: clk})
+	events := record.NewBroadcaster(cfg.Client, record.Options{Logger: logger, Clock: clk, ResourceFor: resources.ForObject})
 	rec := events.NewRecorder(corev1.EventSource{Component: Component})
 	c := &Controller{
 		client:            cfg.Client,

@@ -122,7 +122,7 @@ func New(cfg Config) (_ *Controller, err error) {
 	if c.grace <= 0 {
 		c.grace = DefaultGracePeriod
 	}
-	c.events = record.NewBroadcaster(cfg.Client, record.Options{Logger: c.logger, Clock: c.clock})
+	c.events = record.NewBroadcaster(cfg.Client, record.Options{Logger: c.logger, Clock: c.clock, ResourceFor: resources.ForObject})
 	c.recorder = c.events.NewRecorder(corev1.EventSource{Component: Component})
 	c.queue = workers.NewQueue[string](c.clock)
 	defer workers.ShutDownOnError(c.queue, &err)

@@ -230,7 +230,7 @@ func (e *chaosEnv) waitServing(s *chaosServer) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		e.baseCfg = client.Config{CAPEM: cfg.CAPEM, Token: cfg.Token, Timeout: 5 * time.Second}
+		e.baseCfg = client.Config{CAPEM: cfg.CAPEM, Token: cfg.Token, Timeout: 5 * time.Second, ResourceFor: resources.ForObject}
 	}
 	if s.api == nil {
 		cfg := e.baseCfg

@@ -174,8 +174,9 @@ type Process struct {
 }
 
 // ManualProcesses lists the `everynode ROLE` processes under procRoot
-// (/proc) that no service manager started — not in the service's systemd
-// cgroup, not a child of OpenRC's supervise-daemon — leaving out self.
+// (/proc) — for the agent role `everynode-agent` ones too — that no service
+// manager started — not in the service's systemd cgroup, not a child of
+// OpenRC's supervise-daemon — leaving out self.
 func ManualProcesses(procRoot, role string, self int) ([]Process, error) {
 	entries, err := os.ReadDir(procRoot)
 	if err != nil {
@@ -193,7 +194,9 @@ func ManualProcesses(procRoot, role string, self int) ([]Process, error) {
 			continue // gone, or a kernel thread
 		}
 		args := strings.Split(strings.TrimRight(string(raw), "\x00"), "\x00")
-		if len(args) < 2 || filepath.Base(args[0]) != "everynode" || args[1] != role {
+		base := filepath.Base(args[0])
+		lean := role == RoleAgent && base == LeanAgentBinary
+		if !lean && (len(args) < 2 || base != "everynode" || args[1] != role) {
 			continue
 		}
 		if cg, err := os.ReadFile(filepath.Join(dir, "cgroup")); err == nil && bytes.Contains(cg, []byte("/everynode-"+role+".service")) {

@@ -28,11 +28,18 @@ const (
 	RoleAgent  = "agent"
 )
 
+// LeanAgentBinary is the lean agent binary's file name (cmd/everynode-agent):
+// the agent alone, with "everynode agent"'s command line.
+const LeanAgentBinary = "everynode-agent"
+
 // Default locations (under Spec.Root).
 const (
 	DefaultBinPath = "/usr/local/bin/everynode"
-	ConfigDir      = "/etc/everynode"
-	DataRoot       = "/var/lib/everynode"
+	// LeanAgentBinPath is where "install agent" puts the lean agent
+	// binary (everynode-agent) when it installs that one.
+	LeanAgentBinPath = "/usr/local/bin/" + LeanAgentBinary
+	ConfigDir        = "/etc/everynode"
+	DataRoot         = "/var/lib/everynode"
 )
 
 // Spec is what one installed service runs.
@@ -240,11 +247,15 @@ func sameFile(a, b string) (bool, error) {
 }
 
 // RemoveFiles removes the service's files (and the binary if removeBinary);
-// missing ones are fine.
+// missing ones are fine. An agent's service also takes the lean agent
+// binary with it, which only that service runs.
 func (s Spec) RemoveFiles(removeBinary bool) error {
 	paths := []string{s.ServiceFile(), s.EnvFile()}
 	if removeBinary {
 		paths = append(paths, s.binPath())
+	}
+	if s.Role == RoleAgent && s.binPath() != LeanAgentBinPath {
+		paths = append(paths, LeanAgentBinPath)
 	}
 	var errs []error
 	for _, p := range paths {

@@ -119,13 +119,17 @@ func TestUninstallPurge(t *testing.T) {
 			if !in.Installed() {
 				t.Fatal("not Installed after Install")
 			}
+			lean := filepath.Join(root, LeanAgentBinPath) // left by an earlier install of the lean binary
+			if err := os.WriteFile(lean, []byte("lean"), 0o755); err != nil {
+				t.Fatal(err)
+			}
 			if err := in.Uninstall(context.Background(), true, purge); err != nil {
 				t.Fatal(err)
 			}
 			if in.Installed() {
 				t.Error("still Installed after Uninstall")
 			}
-			for _, p := range []string{"/etc/everynode", DefaultBinPath} {
+			for _, p := range []string{"/etc/everynode", DefaultBinPath, LeanAgentBinPath} {
 				if _, err := os.Stat(filepath.Join(root, p)); !os.IsNotExist(err) {
 					t.Errorf("%s left behind (%v)", p, err)
 				}
@@ -240,12 +244,17 @@ func TestManualProcesses(t *testing.T) {
 	mk(13, 1, "supervise-daemon", "0::/\n", "supervise-daemon", "everynode-agent")
 	mk(14, 1, "everynode", "0::/\n", "everynode", "server")
 	mk(15, 1, "everynode", "0::/\n", "everynode", "agent") // ourselves
+	mk(16, 1, "everynode-agent", "0::/user.slice/session-1.scope\n", "/opt/everynode-agent", "--server", "x")
+	mk(17, 1, "everynode-agent", "0::/system.slice/everynode-agent.service\n", "/usr/local/bin/everynode-agent", "agent")
 	got, err := ManualProcesses(proc, RoleAgent, 15)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 1 || got[0].PID != 10 {
-		t.Errorf("ManualProcesses = %+v, want pid 10 only", got)
+	if len(got) != 2 || got[0].PID != 10 || got[1].PID != 16 {
+		t.Errorf("ManualProcesses = %+v, want pids 10 and 16 (the lean binary's) only", got)
+	}
+	if got, _ := ManualProcesses(proc, RoleServer, 15); len(got) != 1 || got[0].PID != 14 {
+		t.Errorf("ManualProcesses(server) = %+v, want pid 14 only", got)
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 
 	"github.com/everynode/everynode/gossip"
 	"github.com/everynode/everynode/internal/bench"
+	"github.com/everynode/everynode/internal/service"
 )
 
 // benchFleetCommand is "everynode bench fleet": a simulated fleet against a
@@ -193,7 +194,7 @@ func (c *benchFleetCommand) Run(ctx context.Context, std IO) error {
 
 // leanAgentBinary is the lean agent's file name (cmd/everynode-agent), which
 // make build and make release put next to everynode.
-const leanAgentBinary = "everynode-agent"
+const leanAgentBinary = service.LeanAgentBinary
 
 // defaultAgentBinary is the binary bench fleet measures as the agent: the
 // one users install on nodes, everynode-agent next to self (the everynode

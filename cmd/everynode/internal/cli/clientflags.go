@@ -41,6 +41,7 @@ func (c *clientFlags) connect(m *Main) (*client.HTTP, error) {
 			"set --kubeconfig or KUBECONFIG to the admin.kubeconfig in the server's data dir")
 	}
 	cfg.UserAgent = "everynode/" + Version()
+	cfg.ResourceFor = resources.ForObject // the CLI writes every served kind
 	h, err := client.NewHTTP(cfg)
 	if err != nil {
 		return nil, withFix(fmt.Errorf("bad kubeconfig: %w", err),

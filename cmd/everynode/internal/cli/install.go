@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/everynode/everynode/internal/service"
+	"github.com/everynode/everynode/internal/version"
 )
 
 // serviceRoot are the flags install and uninstall share.
@@ -70,7 +71,14 @@ func (execRunner) Run(ctx context.Context, name string, args ...string) ([]byte,
 
 // InstallCommand is "everynode install server|agent": the role's own flags,
 // checked as the role checks them, become the service's command line.
+//
+// The binary installed is this one (as /usr/local/bin/everynode), except
+// that "install agent" installs the lean agent binary instead (as
+// /usr/local/bin/everynode-agent, the service running "everynode-agent
+// agent FLAGS") when an everynode-agent of the same version lies beside
+// this binary, as make build and the release archives put it.
 type InstallCommand struct {
+	main    *Main
 	role    string
 	roleCmd runner
 	svc     serviceRoot
@@ -168,16 +176,24 @@ func (c *InstallCommand) Run(ctx context.Context, std IO) error {
 				"stop it first (the service would fight it for its data dir and ports), then run install again")
 		}
 	}
-	self, err := os.Executable()
+	self, err := c.main.executable()
 	if err != nil {
 		return fmt.Errorf("find the everynode binary: %w", err)
 	}
 	if self, err = filepath.EvalSymlinks(self); err != nil {
 		return fmt.Errorf("find the everynode binary: %w", err)
 	}
+	bin, binNote := self, ""
+	if c.role == service.RoleAgent {
+		lean, note := leanAgentBeside(ctx, self)
+		if lean != "" {
+			bin, c.spec.BinPath = lean, service.LeanAgentBinPath
+		}
+		binNote = note
+	}
 	in := service.Installer{Spec: c.spec, Run: c.svc.runner()}
 	upgrade := in.Installed()
-	if err := in.Install(ctx, self, !c.noStart && in.Run != nil); err != nil {
+	if err := in.Install(ctx, bin, !c.noStart && in.Run != nil); err != nil {
 		return withFix(err, "fix what it names and run install again: it is safe to repeat")
 	}
 	verb := "installed"
@@ -185,6 +201,9 @@ func (c *InstallCommand) Run(ctx context.Context, std IO) error {
 		verb = "upgraded"
 	}
 	fmt.Fprintf(std.Out, "everynode %s %s as %s service %s (%s, token in %s, mode 0600)\n", c.role, verb, init, c.spec.Name(), c.spec.ServiceFile(), c.spec.EnvFile())
+	if binNote != "" {
+		fmt.Fprintln(std.Out, binNote)
+	}
 	dataDir := service.DataDirOf([]byte(strings.Join(c.spec.Args, " ")))
 	switch {
 	case c.noStart:
@@ -196,6 +215,32 @@ func (c *InstallCommand) Run(ctx context.Context, std IO) error {
 		fmt.Fprintf(std.Out, "Next: on the server, \"kubectl get nodes\" lists this node once it has joined; its log: %s\n", logCommand(init, c.spec.Name()))
 	}
 	return nil
+}
+
+// leanAgentBeside returns the lean agent binary beside self when there is
+// one of this binary's version, else "", and a line saying which binary
+// the agent service runs and why. Beside "everynode" it looks for
+// "everynode-agent"; beside a release file such as "everynode-linux-arm64"
+// for "everynode-agent-linux-arm64".
+func leanAgentBeside(ctx context.Context, self string) (lean, note string) {
+	name := service.LeanAgentBinary
+	if rest, ok := strings.CutPrefix(filepath.Base(self), "everynode"); ok {
+		name += rest
+	}
+	path := filepath.Join(filepath.Dir(self), name)
+	fi, err := os.Stat(path)
+	if err != nil || !fi.Mode().IsRegular() || fi.Mode()&0o111 == 0 {
+		return "", fmt.Sprintf("Binary: %s (everynode itself; put %s beside it to install the lean agent, docs/agent.md)", service.DefaultBinPath, name)
+	}
+	want := service.LeanAgentBinary + " version " + version.Get()
+	out, err := exec.CommandContext(ctx, path, "version").Output()
+	if got := strings.TrimSpace(string(out)); err != nil || got != want {
+		if err != nil {
+			got = err.Error()
+		}
+		return "", fmt.Sprintf("Binary: %s (everynode itself: %s beside it answered %q to \"version\", not %q)", service.DefaultBinPath, path, got, want)
+	}
+	return path, fmt.Sprintf("Binary: %s (the lean agent, copied from %s)", service.LeanAgentBinPath, path)
 }
 
 func startCommand(init, name string) string {

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/everynode/everynode/internal/version"
 )
 
 func runMain(t *testing.T, args ...string) (string, error) {
@@ -101,5 +103,91 @@ func TestInstallCommandLine(t *testing.T) {
 	}
 	if _, err := runMain(t, "uninstall", "--root", root, "--init", "systemd"); err == nil || !strings.Contains(FormatError(err), "nothing to uninstall") {
 		t.Errorf("second uninstall: %v", err)
+	}
+}
+
+// TestInstallAgentLeanBinary: with an everynode-agent of the same version
+// beside the running binary, install agent installs that one and the unit
+// runs it; one of another version is left alone and everynode itself is
+// installed; uninstall removes the lean binary.
+func TestInstallAgentLeanBinary(t *testing.T) {
+	dir := t.TempDir()
+	self := filepath.Join(dir, "everynode")
+	lean := filepath.Join(dir, "everynode-agent")
+	if err := os.WriteFile(self, []byte("full"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeLean := func(v string) {
+		t.Helper()
+		if err := os.WriteFile(lean, []byte("#!/bin/sh\necho 'everynode-agent version "+v+"'\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	install := func(root string) (string, string, error) {
+		t.Helper()
+		var out, errb bytes.Buffer
+		m := &Main{Getenv: func(string) string { return "" }, Executable: func() (string, error) { return self, nil }}
+		err := m.Run(context.Background(), []string{"install", "agent", "--root", root, "--init", "systemd", "--server", "https://10.0.0.1:6443", "--token", "K10t::s"},
+			strings.NewReader(""), &out, &errb)
+		unit, _ := os.ReadFile(filepath.Join(root, "etc/systemd/system/everynode-agent.service"))
+		return out.String() + errb.String(), string(unit), err
+	}
+
+	writeLean(version.Get())
+	root := t.TempDir()
+	out, unit, err := install(root)
+	if err != nil {
+		t.Fatalf("install agent: %v\n%s", err, out)
+	}
+	if !strings.Contains(unit, "ExecStart=/usr/local/bin/everynode-agent agent --server=https://10.0.0.1:6443") {
+		t.Errorf("unit does not run the lean binary:\n%s", unit)
+	}
+	if b, err := os.ReadFile(filepath.Join(root, "usr/local/bin/everynode-agent")); err != nil || !strings.Contains(string(b), "everynode-agent version") {
+		t.Errorf("lean binary not installed: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "usr/local/bin/everynode")); !os.IsNotExist(err) {
+		t.Errorf("everynode installed too (%v)", err)
+	}
+	if !strings.Contains(out, "Binary: /usr/local/bin/everynode-agent (the lean agent, copied from "+lean+")") {
+		t.Errorf("output does not name the lean binary:\n%s", out)
+	}
+	if out, err := runMain(t, "uninstall", "--root", root, "--init", "systemd"); err != nil {
+		t.Fatalf("uninstall: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(filepath.Join(root, "usr/local/bin/everynode-agent")); !os.IsNotExist(err) {
+		t.Errorf("lean binary left after uninstall (%v)", err)
+	}
+
+	writeLean("v0.0.1-other")
+	root = t.TempDir()
+	out, unit, err = install(root)
+	if err != nil {
+		t.Fatalf("install agent: %v\n%s", err, out)
+	}
+	if !strings.Contains(unit, "ExecStart=/usr/local/bin/everynode agent ") || !strings.Contains(out, "not \"everynode-agent version "+version.Get()+"\"") {
+		t.Errorf("with a lean binary of another version:\n%s\n%s", unit, out)
+	}
+	if b, err := os.ReadFile(filepath.Join(root, "usr/local/bin/everynode")); err != nil || string(b) != "full" {
+		t.Errorf("everynode not installed: %v %q", err, b)
+	}
+
+	// Release files keep their names: everynode-agent-linux-arm64 beside
+	// everynode-linux-arm64.
+	self, lean = filepath.Join(dir, "everynode-linux-arm64"), filepath.Join(dir, "everynode-agent-linux-arm64")
+	if err := os.WriteFile(self, []byte("full"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeLean(version.Get())
+	root = t.TempDir()
+	if out, unit, err = install(root); err != nil || !strings.Contains(unit, "ExecStart=/usr/local/bin/everynode-agent agent ") {
+		t.Errorf("release file names: %v\n%s\n%s", err, out, unit)
+	}
+
+	if err := os.Remove(lean); err != nil {
+		t.Fatal(err)
+	}
+	root = t.TempDir()
+	if out, unit, err = install(root); err != nil || !strings.Contains(unit, "ExecStart=/usr/local/bin/everynode agent ") {
+		t.Errorf("without a lean binary: %v\n%s\n%s", err, out, unit)
 	}
 }

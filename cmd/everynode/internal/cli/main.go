@@ -26,6 +26,9 @@ type Main struct {
 	Getenv func(string) string
 	// Now is the clock for AGE columns; nil means time.Now.
 	Now func() time.Time
+	// Executable is the running binary's path (install copies it, and
+	// looks for everynode-agent beside it); nil means os.Executable.
+	Executable func() (string, error)
 }
 
 // NewMain returns a Main reading the real environment and clock.
@@ -111,8 +114,8 @@ func (m *Main) verbs() []verbSpec {
 		}},
 		{name: "version", short: "print client and server versions", v: &VersionCommand{main: m}},
 		{name: "install", args: "server|agent [flags]", short: "install everynode as a system service (systemd or OpenRC), start it", sub: []verbSpec{
-			{name: "server", args: "[server flags]", short: "install and start the server as a service", v: &InstallCommand{role: "server", roleCmd: &ServerCommand{}}},
-			{name: "agent", args: "--server URL --token-file F [agent flags]", short: "install and start an agent as a service", v: &InstallCommand{role: "agent", roleCmd: &AgentCommand{main: m}}},
+			{name: "server", args: "[server flags]", short: "install and start the server as a service", v: &InstallCommand{main: m, role: "server", roleCmd: &ServerCommand{}}},
+			{name: "agent", args: "--server URL --token-file F [agent flags]", short: "install and start an agent as a service", v: &InstallCommand{main: m, role: "agent", roleCmd: &AgentCommand{main: m}}},
 		}},
 		{name: "uninstall", args: "[--purge]", short: "stop and remove the installed everynode services", v: &UninstallCommand{}},
 		{name: "bench", args: "fleet|report", short: "measure a simulated fleet, render results as docs/benchmarks.md", sub: []verbSpec{
@@ -308,6 +311,13 @@ func (m *Main) getenv(k string) string {
 		return m.Getenv(k)
 	}
 	return os.Getenv(k)
+}
+
+func (m *Main) executable() (string, error) {
+	if m != nil && m.Executable != nil {
+		return m.Executable()
+	}
+	return os.Executable()
 }
 
 func (m *Main) now() time.Time {
