@@ -288,7 +288,7 @@ func New(cfg Config) (*Agent, error) {
 	a.tokens = newTokenManager(tokens, cfg.DataDir, cfg.Clock)
 	a.objects = newObjectCache(cfg.Client, cfg.DataDir, cfg.Clock, a.log, a.enqueue)
 	// While the API server is unreachable, events are dropped rather than
-	// queued behind the recorder's retries.
+	// queued behind client-go's retries.
 	a.events = record.NewBroadcaster(cfg.Client, record.Options{
 		Logger: a.log, Clock: cfg.Clock, CallTimeout: apiCallTimeout, Paused: a.health.paused,
 	})

@@ -1,22 +1,17 @@
-// Package record records core/v1 Events through a client.Interface the way
-// Kubernetes' components do (client-go's tools/record, reproduced here
-// without client-go's REST machinery, so that the node agent's binary does
-// not link it): recording queues an event without blocking the caller
-// (up to 1,000, then drops) and one goroutine writes them; the same event
-// again raises the count of the Event already written (a strategic merge
-// patch of count, lastTimestamp and message); past ten events about an
-// object with the same reason but different messages in ten minutes,
-// further ones are folded into one "(combined from similar events)" Event;
-// a source may write a burst of 25 events about an object, then one every
+// Package record records core/v1 Events through a client.Interface with
+// client-go's event machinery (k8s.io/client-go/tools/record): the
+// EventBroadcaster queues events without blocking the caller and one
+// goroutine writes them; its EventCorrelator folds similar events into one
+// with a rising count and, past ten similar events about an object in ten
+// minutes, into one "(combined from similar events)" event; its spam filter
+// lets a source record a burst of 25 events about an object, then one every
 // five minutes. Events land in the involved object's namespace, "default"
-// for cluster-scoped objects, and carry source, reportingComponent and
-// reportingInstance, as in Kubernetes, so kubectl describe shows them as it
-// shows kubelet's and the controllers'.
+// for cluster-scoped objects, as in Kubernetes.
 //
 // The DaemonSet and node lifecycle controllers and the node agent each own
 // one Broadcaster:
 //
-//	b := record.NewBroadcaster(api, record.Options{Logger: log, ResourceFor: resources.ForObject})
+//	b := record.NewBroadcaster(api, record.Options{Logger: log})
 //	rec := b.NewRecorder(corev1.EventSource{Component: "daemonset-controller"})
 //	b.Start()
 //	defer b.Shutdown()
@@ -24,6 +19,11 @@
 //
 // A recorder may be made before Start; events recorded while the
 // Broadcaster is not started are dropped.
+//
+// The package knows the core/v1 kinds alone (resources/core), all the node
+// agent records events about, so that the lean agent binary does not link
+// the other API groups; a controller that records events about other kinds
+// passes resources.ForObject as Options.ResourceFor.
 package record
 
 import (
@@ -31,114 +31,131 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
-	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	kuberecord "k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
 	"github.com/everynode/everynode/client"
 	resources "github.com/everynode/everynode/resources/core"
 )
 
-// EventRecorder records events about an object: a typed object of
-// resources (its kind and apiVersion are found from its Go type when its
-// TypeMeta is empty, as in informer caches: see Options.ResourceFor), or a *corev1.ObjectReference
-// to name a part of one, e.g. a container by FieldPath. eventtype is
-// corev1.EventTypeNormal or corev1.EventTypeWarning. client-go's
-// record.EventRecorder has the same methods, so its FakeRecorder serves
-// tests. The methods never block and are safe for concurrent use.
-type EventRecorder interface {
-	Event(object runtime.Object, eventtype, reason, message string)
-	Eventf(object runtime.Object, eventtype, reason, messageFmt string, args ...any)
-	AnnotatedEventf(object runtime.Object, annotations map[string]string, eventtype, reason, messageFmt string, args ...any)
-}
+// EventRecorder is client-go's: Event, Eventf and AnnotatedEventf about an
+// object (a typed object Options.ResourceFor knows, or a
+// *corev1.ObjectReference to name a part of one, e.g. a container by
+// FieldPath).
+type EventRecorder = kuberecord.EventRecorder
 
-// Kubernetes' settings for writing events.
-const (
-	// DefaultCallTimeout bounds each API call writing an event.
-	DefaultCallTimeout = 10 * time.Second
-	// DefaultRetryDelay separates the attempts to write an event after a
-	// failure that is not the API's answer (the first wait is a random
-	// part of it).
-	DefaultRetryDelay = 10 * time.Second
-	// maxTries bounds the attempts to write one event.
-	maxTries = 12
-	// maxQueued events wait to be written; more are dropped.
-	maxQueued = 1000
-)
+// DefaultCallTimeout bounds each API call writing an event.
+const DefaultCallTimeout = 10 * time.Second
 
 // EventClient is the part of the API the recorder writes events with;
 // client.Interface implements it.
 type EventClient interface {
 	Create(ctx context.Context, obj client.Object, opts client.WriteOptions) (client.Object, error)
+	Update(ctx context.Context, obj client.Object, opts client.WriteOptions) (client.Object, error)
 	Patch(ctx context.Context, r *resources.Resource, namespace, name string, pt types.PatchType, data []byte, opts client.WriteOptions, subresource string) (client.Object, error)
 }
 
 // Options configures a Broadcaster. The zero value is Kubernetes' defaults.
 type Options struct {
-	// Logger receives the messages about events that could not be
-	// written; nil discards them.
+	// Logger receives client-go's messages about events it could not
+	// write; nil discards them.
 	Logger *slog.Logger
 	// Clock drives the spam filter and the aggregation window; nil is the
-	// real clock. (Event timestamps and names always come from the real
-	// clock, as in client-go's recorder: a fake clock that stands still
-	// would give two events the same name.)
+	// real clock. (Event timestamps always come from the real clock, as
+	// client-go's recorder takes no clock.)
 	Clock clock.PassiveClock
 	// CallTimeout bounds each API call; 0 means DefaultCallTimeout.
 	CallTimeout time.Duration
-	// RetryDelay separates the attempts to write an event the API did not
-	// answer; 0 means DefaultRetryDelay.
-	RetryDelay time.Duration
 	// Paused, when set and true, drops events instead of writing them
 	// (logged at debug): the node agent pauses while the API server is
-	// unreachable rather than queueing writes behind retries.
+	// unreachable rather than queueing writes behind client-go's retries.
 	Paused func() bool
+	// Correlator overrides client-go's correlator settings (burst, refill
+	// rate, aggregation threshold and window); its Clock is set from Clock.
+	Correlator kuberecord.CorrelatorOptions
 	// ResourceFor names the kind and apiVersion of an object whose
-	// TypeMeta is empty, by its Go type; nil knows the core/v1 kinds alone
-	// (resources/core.ForObject, all the node agent records events about).
-	// Controllers pass resources.ForObject.
+	// TypeMeta is empty (as in informer caches), by its Go type; nil knows
+	// the core/v1 kinds alone (resources/core.ForObject). Controllers pass
+	// resources.ForObject.
 	ResourceFor func(runtime.Object) *resources.Resource
 }
 
 // Broadcaster sends the events of its recorders to the API. Create it with
-// NewBroadcaster; its goroutine runs between Start and Shutdown.
+// NewBroadcaster; its goroutines run between Start and Shutdown.
 type Broadcaster struct {
-	api   EventClient
-	log   *slog.Logger
-	clock clock.PassiveClock
-	opts  Options
+	sink        *sink
+	scheme      *runtime.Scheme // empty: recorders are given references
+	resourceFor func(runtime.Object) *resources.Resource
+	log         *slog.Logger
+	opts        kuberecord.CorrelatorOptions
 
-	mu      sync.RWMutex
-	queue   chan *corev1.Event // nil unless started
-	cancel  context.CancelFunc
-	stopped chan struct{} // closed when the writer goroutine has returned
+	mu        sync.RWMutex
+	running   kuberecord.EventBroadcaster // nil unless started
+	recorders map[corev1.EventSource]kuberecord.EventRecorderLogger
+	logger    klog.Logger  // client-go's, for this run
+	closed    *atomic.Bool // closes logger's gate at Shutdown
 }
 
 // NewBroadcaster returns a Broadcaster writing to api. Nothing runs until Start.
 func NewBroadcaster(api EventClient, o Options) *Broadcaster {
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
 	}
-	if o.Clock == nil {
-		o.Clock = clock.RealClock{}
+	timeout := o.CallTimeout
+	if timeout <= 0 {
+		timeout = DefaultCallTimeout
 	}
-	if o.CallTimeout <= 0 {
-		o.CallTimeout = DefaultCallTimeout
+	copts := o.Correlator
+	copts.Clock = o.Clock
+	resourceFor := o.ResourceFor
+	if resourceFor == nil {
+		resourceFor = resources.ForObject
 	}
-	if o.RetryDelay <= 0 {
-		o.RetryDelay = DefaultRetryDelay
+	return &Broadcaster{
+		sink:        &sink{api: api, timeout: timeout, paused: o.Paused, log: log},
+		scheme:      runtime.NewScheme(),
+		resourceFor: resourceFor,
+		log:         log,
+		opts:        copts,
 	}
-	if o.ResourceFor == nil {
-		o.ResourceFor = resources.ForObject
+}
+
+// reference names obj as an event's involved object. client-go's recorder
+// looks an object's kind up in a scheme when its TypeMeta is empty; it is
+// given the reference instead, built as client-go builds it, with the kind
+// from ResourceFor, so that no scheme of every served kind is needed. obj
+// is returned as it is when it is a reference already, has its TypeMeta,
+// or is of no known kind (client-go then reports why it is not recorded).
+func (b *Broadcaster) reference(obj runtime.Object) runtime.Object {
+	if _, ok := obj.(*corev1.ObjectReference); ok || obj == nil || !obj.GetObjectKind().GroupVersionKind().Empty() {
+		return obj
 	}
-	return &Broadcaster{api: api, log: o.Logger, clock: o.Clock, opts: o}
+	r := b.resourceFor(obj)
+	acc, err := meta.Accessor(obj)
+	if r == nil || err != nil {
+		return obj
+	}
+	gvk := r.GVK()
+	return &corev1.ObjectReference{
+		Kind:            gvk.Kind,
+		APIVersion:      gvk.GroupVersion().String(),
+		Name:            acc.GetName(),
+		Namespace:       acc.GetNamespace(),
+		UID:             acc.GetUID(),
+		ResourceVersion: acc.GetResourceVersion(),
+	}
 }
 
 // NewRecorder returns a recorder whose events name source (Component, and
@@ -148,35 +165,42 @@ func (b *Broadcaster) NewRecorder(source corev1.EventSource) EventRecorder {
 	return &recorder{b: b, source: source}
 }
 
-// Start starts the goroutine that writes events, with fresh caches. It does
-// nothing when already started. Shutdown stops it.
+// Start starts the goroutines that write events: client-go's broadcaster
+// and its sink. It does nothing when already started. Shutdown stops them.
 func (b *Broadcaster) Start() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.queue != nil {
+	if b.running != nil {
 		return
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	w := &writer{b: b, ctx: ctx, queue: make(chan *corev1.Event, maxQueued), corr: newCorrelator(b.clock)}
-	b.queue, b.cancel, b.stopped = w.queue, cancel, make(chan struct{})
-	go func(done chan struct{}) {
-		defer close(done)
-		w.run()
-	}(b.stopped)
+	b.sink.start()
+	b.closed = new(atomic.Bool)
+	b.logger = logr.FromSlogHandler(gatedHandler{Handler: b.log.Handler(), closed: b.closed})
+	// The context only carries the logger: it has no Done channel, so
+	// client-go starts no goroutine to wait on it; Shutdown stops it all.
+	b.running = kuberecord.NewBroadcaster(
+		kuberecord.WithContext(klog.NewContext(context.Background(), b.logger)),
+		kuberecord.WithCorrelatorOptions(b.opts))
+	b.running.StartRecordingToSink(b.sink)
+	b.recorders = map[corev1.EventSource]kuberecord.EventRecorderLogger{}
 }
 
 // Shutdown stops writing events: those still queued are dropped and an API
-// call under way is cancelled. It returns once the writer goroutine has
-// ended. Safe to call more than once, and without Start.
+// call under way is cancelled. It returns once the broadcaster's goroutines
+// have ended or are on their way out: client-go's sink goroutine, which
+// Shutdown cannot join, has no blocking work left, and what it would still
+// log is discarded. Safe to call more than once, and without Start.
 func (b *Broadcaster) Shutdown() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.queue == nil {
+	if b.running == nil {
 		return
 	}
-	b.cancel()
-	<-b.stopped
-	b.queue, b.cancel, b.stopped = nil, nil, nil
+	b.sink.stop()
+	b.running.Shutdown()
+	b.sink.wait()
+	b.closed.Store(true)
+	b.running, b.recorders, b.closed = nil, nil, nil
 }
 
 // Run starts the Broadcaster, waits for ctx to end and shuts it down.
@@ -186,206 +210,178 @@ func (b *Broadcaster) Run(ctx context.Context) {
 	b.Shutdown()
 }
 
-// enqueue hands ev to the writer without blocking.
-func (b *Broadcaster) enqueue(ev *corev1.Event) {
-	b.mu.RLock()
-	defer b.mu.RUnlock()
-	if b.queue == nil {
-		b.log.Debug("event dropped: recorder not started", "reason", ev.Reason, "source", ev.Source.Component)
-		return
-	}
-	select {
-	case b.queue <- ev:
-	default:
-		b.log.Error("Unable to record event: too many queued events, dropped event", "reason", ev.Reason, "object", objectKey(ev))
-	}
-}
-
-// recorder makes events for its source and queues them.
+// recorder hands events to the running broadcaster's client-go recorder
+// for its source, or drops them when the broadcaster is not running.
 type recorder struct {
 	b      *Broadcaster
 	source corev1.EventSource
 }
 
+// get returns the client-go recorder for r's source, nil when not running.
+// The caller holds b.mu for reading (so Shutdown waits for the event to be
+// queued, and no event is sent to a stopped broadcaster).
+func (r *recorder) get() kuberecord.EventRecorderLogger {
+	b := r.b
+	if b.running == nil {
+		return nil
+	}
+	b.sink.recMu.Lock()
+	defer b.sink.recMu.Unlock()
+	rec, ok := b.recorders[r.source]
+	if !ok {
+		rec = b.running.NewRecorder(b.scheme, r.source).WithLogger(b.logger)
+		b.recorders[r.source] = rec
+	}
+	return rec
+}
+
 func (r *recorder) Event(obj runtime.Object, eventtype, reason, message string) {
-	r.record(obj, nil, eventtype, reason, message)
+	r.b.mu.RLock()
+	defer r.b.mu.RUnlock()
+	if rec := r.get(); rec != nil {
+		rec.Event(r.b.reference(obj), eventtype, reason, message)
+		return
+	}
+	r.b.log.Debug("event dropped: recorder not started", "reason", reason, "source", r.source.Component)
 }
 
 func (r *recorder) Eventf(obj runtime.Object, eventtype, reason, format string, args ...any) {
-	r.record(obj, nil, eventtype, reason, fmt.Sprintf(format, args...))
+	r.Event(obj, eventtype, reason, fmt.Sprintf(format, args...))
 }
 
 func (r *recorder) AnnotatedEventf(obj runtime.Object, annotations map[string]string, eventtype, reason, format string, args ...any) {
-	r.record(obj, annotations, eventtype, reason, fmt.Sprintf(format, args...))
+	r.b.mu.RLock()
+	defer r.b.mu.RUnlock()
+	if rec := r.get(); rec != nil {
+		rec.AnnotatedEventf(r.b.reference(obj), annotations, eventtype, reason, format, args...)
+		return
+	}
+	r.b.log.Debug("event dropped: recorder not started", "reason", reason, "source", r.source.Component)
 }
 
-func (r *recorder) record(obj runtime.Object, annotations map[string]string, eventtype, reason, message string) {
-	ref, err := reference(obj, r.b.opts.ResourceFor)
+// sink is client-go's record.EventSink over an EventClient. Errors that
+// carry an API Status are returned unwrapped, so that client-go tells the
+// ones to give up on (a Status) from the ones to retry (transport errors).
+type sink struct {
+	api     EventClient
+	timeout time.Duration
+	paused  func() bool
+	log     *slog.Logger
+
+	recMu sync.Mutex // guards Broadcaster.recorders under Broadcaster.mu's read lock
+
+	mu       sync.Mutex
+	ctx      context.Context // the API calls' context, cancelled by stop
+	cancel   context.CancelFunc
+	inflight sync.WaitGroup // API calls under way; joined only after stop
+}
+
+var _ kuberecord.EventSink = (*sink)(nil)
+
+func (s *sink) start() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+}
+
+// stop cancels the API calls under way and refuses new ones.
+func (s *sink) stop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cancel()
+}
+
+// stopped reports whether stop was called.
+func (s *sink) stopped() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ctx.Err() != nil
+}
+
+// wait returns when no API call is under way; call it after stop.
+func (s *sink) wait() { s.inflight.Wait() }
+
+// call runs one API call bounded by the sink's timeout and stop.
+func (s *sink) call(ev *corev1.Event, what string, fn func(context.Context) (client.Object, error)) (*corev1.Event, error) {
+	s.mu.Lock()
+	ctx := s.ctx
+	if ctx.Err() != nil {
+		// Shut down: reported written, so client-go neither retries nor logs.
+		s.mu.Unlock()
+		return ev, nil
+	}
+	s.inflight.Add(1) // under mu and before stop: never concurrent with wait
+	s.mu.Unlock()
+	defer s.inflight.Done()
+	if s.paused != nil && s.paused() {
+		// Reported written, so client-go neither retries nor logs an error;
+		// a later similar event that finds it missing is created afresh.
+		s.log.Debug("event dropped: API unreachable", "reason", ev.Reason, "object", objectKey(ev))
+		return ev, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	o, err := fn(ctx)
+	if err != nil && s.stopped() {
+		return ev, nil // cancelled by Shutdown: dropped, as above
+	}
 	if err != nil {
-		r.b.log.Error("Could not construct reference, will not report event", "err", err, "type", eventtype, "reason", reason, "message", message)
-		return
+		var status *apierrors.StatusError
+		if errors.As(err, &status) {
+			return nil, status
+		}
+		return nil, fmt.Errorf("%s event %s/%s: %w", what, ev.Namespace, ev.Name, err)
 	}
-	if eventtype != corev1.EventTypeNormal && eventtype != corev1.EventTypeWarning {
-		r.b.log.Error("Unsupported event type", "type", eventtype, "reason", reason)
-		return
+	out, ok := o.(*corev1.Event)
+	if !ok {
+		return nil, apierrors.NewInternalError(fmt.Errorf("%s event: the API returned a %T", what, o))
 	}
-	t := metav1.Now()
-	ns := ref.Namespace
-	if ns == "" {
-		ns = metav1.NamespaceDefault
-	}
-	r.b.enqueue(&corev1.Event{
-		ObjectMeta:          metav1.ObjectMeta{Name: eventName(ref.Name, t.Time), Namespace: ns, Annotations: annotations},
-		InvolvedObject:      *ref,
-		Reason:              reason,
-		Message:             message,
-		FirstTimestamp:      t,
-		LastTimestamp:       t,
-		Count:               1,
-		Type:                eventtype,
-		Source:              r.source,
-		ReportingController: r.source.Component,
-		ReportingInstance:   r.source.Host,
+	return out, nil
+}
+
+func (s *sink) Create(ev *corev1.Event) (*corev1.Event, error) {
+	return s.call(ev, "create", func(ctx context.Context) (client.Object, error) {
+		return s.api.Create(ctx, ev, client.WriteOptions{})
 	})
 }
 
-// reference names obj as an event's involvedObject, as client-go's
-// reference.GetReference: a *corev1.ObjectReference as it is, else the
-// object's kind, apiVersion (from its TypeMeta, else from its Go type),
-// namespace, name, uid and resourceVersion.
-func reference(obj runtime.Object, resourceFor func(runtime.Object) *resources.Resource) (*corev1.ObjectReference, error) {
-	if obj == nil {
-		return nil, errors.New("nil object")
-	}
-	if ref, ok := obj.(*corev1.ObjectReference); ok {
-		cp := *ref
-		return &cp, nil
-	}
-	gvk := obj.GetObjectKind().GroupVersionKind()
-	if gvk.Kind == "" || gvk.Version == "" {
-		r := resourceFor(obj)
-		if r == nil {
-			return nil, fmt.Errorf("%T is not a served resource", obj)
-		}
-		gvk = r.GVK()
-	}
-	m, ok := obj.(metav1.Object)
-	if !ok {
-		return nil, fmt.Errorf("%T has no object metadata", obj)
-	}
-	return &corev1.ObjectReference{Kind: gvk.Kind, APIVersion: gvk.GroupVersion().String(), Name: m.GetName(),
-		Namespace: m.GetNamespace(), UID: m.GetUID(), ResourceVersion: m.GetResourceVersion()}, nil
+func (s *sink) Update(ev *corev1.Event) (*corev1.Event, error) {
+	return s.call(ev, "update", func(ctx context.Context) (client.Object, error) {
+		return s.api.Update(ctx, ev, client.WriteOptions{})
+	})
 }
 
-// writer is the goroutine of one Start: it correlates the queued events and
-// writes them, one at a time, in order.
-type writer struct {
-	b     *Broadcaster
-	ctx   context.Context // ends at Shutdown
-	queue chan *corev1.Event
-	corr  *correlator
+func (s *sink) Patch(ev *corev1.Event, data []byte) (*corev1.Event, error) {
+	return s.call(ev, "patch", func(ctx context.Context) (client.Object, error) {
+		return s.api.Patch(ctx, resources.Events, ev.Namespace, ev.Name, types.StrategicMergePatchType, data, client.WriteOptions{}, "")
+	})
 }
 
-func (w *writer) run() {
-	for {
-		select {
-		case <-w.ctx.Done():
-			return
-		case ev := <-w.queue:
-			w.write(ev)
-		}
-	}
+// gatedHandler passes records on until closed: what client-go's goroutine
+// logs after Shutdown has returned is discarded. Its WithAttrs and
+// WithGroup children share the gate.
+type gatedHandler struct {
+	slog.Handler
+	closed *atomic.Bool
 }
 
-// write writes one event, retrying failures the API did not answer up to
-// maxTries times in all.
-func (w *writer) write(ev *corev1.Event) {
-	log := w.b.log
-	res, err := w.corr.correlate(ev)
-	if err != nil {
-		log.Error("Event correlation failed", "err", err)
-	}
-	if res.Skip {
-		return
-	}
-	for tries := 1; ; tries++ {
-		if w.try(res.Event, res.Patch) {
-			return
-		}
-		if tries >= maxTries {
-			log.Error("Unable to write event (retry limit exceeded!)", "reason", ev.Reason, "object", objectKey(ev))
-			return
-		}
-		delay := w.b.opts.RetryDelay
-		if tries == 1 {
-			delay = time.Duration(float64(delay) * rand.Float64())
-		}
-		t := time.NewTimer(delay)
-		select {
-		case <-w.ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-	}
+func (h gatedHandler) Enabled(ctx context.Context, l slog.Level) bool {
+	return !h.closed.Load() && h.Handler.Enabled(ctx, l)
 }
 
-// try makes one attempt: a patch when ev raises the count of an Event
-// already written (a create when that Event is gone), else a create. It
-// reports whether to stop: written, dropped, or refused by the API.
-func (w *writer) try(ev *corev1.Event, patch []byte) bool {
-	if w.ctx.Err() != nil {
-		return true
+func (h gatedHandler) Handle(ctx context.Context, r slog.Record) error {
+	if h.closed.Load() {
+		return nil
 	}
-	if p := w.b.opts.Paused; p != nil && p() {
-		// Counted as written: a later similar event that finds it
-		// missing is created afresh.
-		w.b.log.Debug("event dropped: API unreachable", "reason", ev.Reason, "object", objectKey(ev))
-		w.corr.written(ev)
-		return true
-	}
-	ctx, cancel := context.WithTimeout(w.ctx, w.b.opts.CallTimeout)
-	defer cancel()
-	var o client.Object
-	var err error
-	if ev.Count > 1 {
-		o, err = w.b.api.Patch(ctx, resources.Events, ev.Namespace, ev.Name, types.StrategicMergePatchType, patch, client.WriteOptions{}, "")
-	}
-	if ev.Count <= 1 || isNotFound(err) {
-		cp := *ev
-		cp.ResourceVersion = ""
-		o, err = w.b.api.Create(ctx, &cp, client.WriteOptions{})
-	}
-	if w.ctx.Err() != nil {
-		return true // cancelled by Shutdown: dropped
-	}
-	if err == nil {
-		written, ok := o.(*corev1.Event)
-		if !ok {
-			w.b.log.Error("Server returned no event (will not retry!)", "type", fmt.Sprintf("%T", o))
-			return true
-		}
-		w.corr.written(written)
-		return true
-	}
-	var status *apierrors.StatusError
-	if errors.As(err, &status) {
-		if apierrors.IsAlreadyExists(err) || apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
-			w.b.log.Debug("Server rejected event (will not retry!)", "reason", ev.Reason, "object", objectKey(ev), "err", err)
-		} else {
-			w.b.log.Error("Server rejected event (will not retry!)", "reason", ev.Reason, "object", objectKey(ev), "err", err)
-		}
-		return true
-	}
-	w.b.log.Error("Unable to write event (may retry after sleeping)", "reason", ev.Reason, "object", objectKey(ev), "err", err)
-	return false
+	return h.Handler.Handle(ctx, r)
 }
 
-// isNotFound reports an API answer of 404, as client-go's recorder
-// checks it before creating an Event its patch did not find.
-func isNotFound(err error) bool {
-	var status *apierrors.StatusError
-	return errors.As(err, &status) && status.Status().Code == http.StatusNotFound
+func (h gatedHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return gatedHandler{Handler: h.Handler.WithAttrs(attrs), closed: h.closed}
+}
+
+func (h gatedHandler) WithGroup(name string) slog.Handler {
+	return gatedHandler{Handler: h.Handler.WithGroup(name), closed: h.closed}
 }
 
 func objectKey(ev *corev1.Event) string {

@@ -96,7 +96,7 @@ func TestEventReachesTheAPI(t *testing.T) {
 // component its host.
 func TestEventNamespaces(t *testing.T) {
 	fc := fake.New()
-	b := NewBroadcaster(fc, Options{})
+	b := NewBroadcaster(fc, Options{ResourceFor: resources.ForObject})
 	b.Start()
 	defer b.Shutdown()
 	agent := b.NewRecorder(corev1.EventSource{Component: "agent", Host: "n1"})
@@ -204,59 +204,26 @@ func TestSpamFilter(t *testing.T) {
 	}
 }
 
-// TestWriteErrors: an event the API refuses (a Status) is not retried;
-// one the API did not answer is retried until written; a count raised on
-// an Event that is gone creates it afresh, as client-go's recorder does.
-func TestWriteErrors(t *testing.T) {
-	_, rec, fc := started(t, Options{RetryDelay: time.Millisecond})
-	creates := func(name string) int {
-		n := 0
-		for _, a := range fc.Actions() {
-			if a.Resource == "events" && a.Verb == fake.VerbCreate && strings.HasPrefix(a.Name, name+".") {
-				n++
-			}
-		}
-		return n
-	}
+// TestSinkErrors: an API Status reaches client-go unwrapped (it then gives
+// up on the event rather than retrying), other errors are wrapped.
+func TestSinkErrors(t *testing.T) {
+	fc := fake.New()
+	s := &sink{api: fc, timeout: time.Second}
+	s.start()
+	defer s.stop()
 	forbidden := apierrors.NewForbidden(schema.GroupResource{Resource: "events"}, "x", errors.New("no"))
 	fc.Fail(fake.VerbCreate, "events", fmt.Errorf("wrapped: %w", forbidden))
-	rec.Event(daemonSet("refused"), corev1.EventTypeNormal, "R", "m")
-	testkit.EventuallyTrue(t, wait, "refused create", func() bool { return creates("refused") == 1 })
-	fc.Fail(fake.VerbCreate, "events", nil)
-	barrier(t, rec, fc)
-	if n := creates("refused"); n != 1 {
-		t.Errorf("a refused event was tried %d times, want 1", n)
+	ev := &corev1.Event{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "e"}}
+	if _, err := s.Create(ev); err != forbidden { // the very error, unwrapped: client-go type-switches on it
+		t.Errorf("create: %v (%T), want the StatusError itself", err, err)
 	}
-
-	failures := 3 // then the API answers again; the writer tries 12 times
-	fc.FailFunc(fake.VerbCreate, "events", func(fake.Action) error {
-		if failures == 0 {
-			return nil
-		}
-		failures--
-		return errors.New("connection refused")
-	})
-	rec.Event(daemonSet("retried"), corev1.EventTypeNormal, "R", "m")
-	testkit.EventuallyTrue(t, wait, "event written after retries", func() bool { return len(events(t, fc, "ns", "retried")) == 1 })
-	fc.Fail(fake.VerbCreate, "events", nil)
-	if n := creates("retried"); n != 4 {
-		t.Errorf("%d creates, want 4 (three failed)", n)
+	boom := errors.New("connection refused")
+	fc.Fail(fake.VerbCreate, "events", boom)
+	if _, err := s.Create(ev); !errors.Is(err, boom) {
+		t.Errorf("create: %v, want it to wrap %v", err, boom)
 	}
-
-	gone := daemonSet("gone")
-	rec.Event(gone, corev1.EventTypeNormal, "R", "m")
-	barrier(t, rec, fc)
-	evs := events(t, fc, "ns", "gone")
-	if len(evs) != 1 {
-		t.Fatalf("%d events, want 1", len(evs))
-	}
-	if _, err := fc.Delete(context.Background(), resources.Events, "ns", evs[0].Name, metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	rec.Event(gone, corev1.EventTypeNormal, "R", "m")
-	barrier(t, rec, fc)
-	if evs := events(t, fc, "ns", "gone"); len(evs) != 1 || evs[0].Count != 2 {
-		t.Errorf("after the Event was deleted: %+v, want it created afresh with count 2", evs)
+	if _, err := s.Patch(ev, []byte(`{"count":2}`)); !apierrors.IsNotFound(err) {
+		t.Errorf("patch of a missing event: %v, want NotFound", err)
 	}
 }
 
@@ -311,8 +278,8 @@ func (h *hangingClient) Create(ctx context.Context, obj client.Object, opts clie
 	return nil, ctx.Err()
 }
 
-// TestShutdownLeavesNoGoroutine: Shutdown stops the writer goroutine, also
-// with an API call hanging; Run stops when ctx ends.
+// TestShutdownLeavesNoGoroutine: Shutdown stops client-go's broadcaster and
+// sink goroutines, also with an API call hanging; Run stops when ctx ends.
 func TestShutdownLeavesNoGoroutine(t *testing.T) {
 	checkLeaks := testkit.LeakCheck(t)
 	hc := &hangingClient{Client: fake.New()}
@@ -345,9 +312,9 @@ func TestShutdownLeavesNoGoroutine(t *testing.T) {
 	checkLeaks()
 }
 
-// TestNothingLoggedAfterShutdown: the writer, waiting to retry a failed
-// write when Shutdown comes, logs nothing once Shutdown has returned (a
-// test's logger may be gone by then).
+// TestNothingLoggedAfterShutdown: client-go's sink goroutine, waiting to
+// retry a failed write when Shutdown comes, logs nothing once Shutdown has
+// returned (a test's logger may be gone by then).
 func TestNothingLoggedAfterShutdown(t *testing.T) {
 	checkLeaks := testkit.LeakCheck(t)
 	var out testkit.Buffer
@@ -366,9 +333,8 @@ func TestNothingLoggedAfterShutdown(t *testing.T) {
 }
 
 // TestDefaultKindsAreCore: without Options.ResourceFor the recorder names
-// core/v1 objects without TypeMeta, and drops (and logs) an event about an
-// object of another group it cannot name; with TypeMeta set it needs no
-// lookup.
+// core/v1 objects without TypeMeta, and objects of other kinds only when
+// their TypeMeta says what they are.
 func TestDefaultKindsAreCore(t *testing.T) {
 	var out testkit.Buffer
 	fc := fake.New()
@@ -377,18 +343,23 @@ func TestDefaultKindsAreCore(t *testing.T) {
 	defer b.Shutdown()
 	rec := b.NewRecorder(source)
 	rec.Event(daemonSet("unnamed"), corev1.EventTypeNormal, "R", "m")
-	if !out.Contains("Could not construct reference") {
-		t.Errorf("event about a DaemonSet without TypeMeta: logged %q", out.String())
-	}
+	testkit.EventuallyTrue(t, wait, "the unnamed DaemonSet's event refused in the log", func() bool {
+		return out.Contains("Could not construct reference")
+	})
 	typed := daemonSet("typed")
 	typed.APIVersion, typed.Kind = "apps/v1", "DaemonSet"
 	rec.Event(typed, corev1.EventTypeNormal, "R", "m")
-	rec.Event(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "pod"}}, corev1.EventTypeNormal, "R", "m")
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "pod", UID: "uid-pod", ResourceVersion: "7"}}
+	rec.Event(pod, corev1.EventTypeNormal, "R", "m")
 	testkit.EventuallyTrue(t, wait, "events written", func() bool {
 		return len(events(t, fc, "ns", "typed")) == 1 && len(events(t, fc, "ns", "pod")) == 1
 	})
-	if ev := events(t, fc, "ns", "pod")[0]; ev.InvolvedObject.Kind != "Pod" || ev.InvolvedObject.APIVersion != "v1" {
-		t.Errorf("pod event's object %+v", ev.InvolvedObject)
+	want := corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: "ns", Name: "pod", UID: "uid-pod", ResourceVersion: "7"}
+	if ev := events(t, fc, "ns", "pod")[0]; ev.InvolvedObject != want {
+		t.Errorf("pod event's object %+v, want %+v", ev.InvolvedObject, want)
+	}
+	if ev := events(t, fc, "ns", "typed")[0]; ev.InvolvedObject.Kind != "DaemonSet" || ev.InvolvedObject.APIVersion != "apps/v1" {
+		t.Errorf("typed DaemonSet event's object %+v", ev.InvolvedObject)
 	}
 	if n := len(events(t, fc, "ns", "unnamed")); n != 0 {
 		t.Errorf("%d events about the unnamed DaemonSet", n)

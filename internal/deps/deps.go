@@ -88,14 +88,6 @@ const (
 	KubeletFormat    = "k8s.io/kubernetes/pkg/kubelet/util/format"
 )
 
-// ClientGoWatch and ClientGoWorkqueue are the two client-go packages the
-// node agent uses (decoding watch streams, its work queue): neither brings
-// client-go's REST client.
-const (
-	ClientGoWatch     = "k8s.io/client-go/rest/watch"
-	ClientGoWorkqueue = "k8s.io/client-go/util/workqueue"
-)
-
 // Rules are the repository's import rules: the layering the packages' doc
 // comments describe, made checkable.
 var Rules = []Rule{
@@ -113,14 +105,6 @@ var Rules = []Rule{
 		To: Any(Under("apiserver"), Under("store"), Under("server"), Under("controller"), Under("rollout"),
 			Under("cmd/everynode"), Prefix("go.etcd.io/etcd/server/"), Prefix("k8s.io/apiserver/"),
 			And(Prefix("k8s.io/kubernetes/"), Not(Any(Is(KubeletFieldPath), Is(KubeletFormat))))),
-		Transitive: true,
-	},
-	{
-		Name: "the lean agent binary links neither client-go's REST client and event machinery (client/record writes events without them) nor what they bring: the protobuf runtime, OpenAPI models, strategic merge patch; of client-go only the watch decoder and the work queue",
-		From: Is(Module + "/cmd/everynode-agent"),
-		To: Any(And(Prefix("k8s.io/client-go/"), Not(Any(Is(ClientGoWatch), Is(ClientGoWorkqueue)))),
-			Prefix("google.golang.org/protobuf/"), Prefix("github.com/google/gnostic-models/"), Prefix("k8s.io/kube-openapi/pkg/validation/"),
-			Is("k8s.io/apimachinery/pkg/util/strategicpatch")),
 		Transitive: true,
 	},
 	{
