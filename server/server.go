@@ -141,6 +141,13 @@ type Config struct {
 	// daemonset.DefaultUnreachableGrace (docs/rollouts.md §7). Tests and
 	// the benchmark shorten it.
 	UnreachableGrace time.Duration
+	// MemoryLimit is the process's soft memory limit in bytes
+	// (runtime/debug.SetMemoryLimit); 0 (MemoryLimitNone) leaves the
+	// runtime's own. MemoryLimitAuto sizes it from the number of Nodes
+	// (MemoryLimitBase + MemoryLimitPerNode each) unless GOMEMLIMIT is set
+	// in the environment: "everynode server" does so by default. Close puts
+	// back the limit Start found.
+	MemoryLimit int64
 }
 
 // Server is a running server.
@@ -189,6 +196,8 @@ type Server struct {
 	stopAgent context.CancelFunc
 	agentDone chan struct{}
 	agentErr  error
+
+	mem memoryLimiter
 
 	failed    chan error
 	closeOnce sync.Once
@@ -307,6 +316,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	}
 	bgCtx, stopBG := context.WithCancel(context.WithoutCancel(ctx))
 	s.stopBG = stopBG
+	s.mem.start(bgCtx, cfg.MemoryLimit, s.countNodes, s.goBG, s.log)
 	s.goBG(func() {
 		select {
 		case err := <-s.st.Err():
@@ -508,6 +518,7 @@ func (s *Server) Close() error {
 			s.stopBG()
 			s.bgWG.Wait()
 		}
+		s.mem.restore()
 		if s.conns != nil {
 			s.conns.close()
 		}

@@ -21,6 +21,7 @@ import (
 	"github.com/everynode/everynode/client"
 	"github.com/everynode/everynode/gossip"
 	"github.com/everynode/everynode/resources"
+	"github.com/everynode/everynode/server"
 )
 
 // MaxGossipNodes is the largest fleet run with gossip: a thousand memberlist
@@ -97,8 +98,13 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	}
 	defer os.RemoveAll(dir)
 
-	log.Info("starting server", "gossip", useGossip)
-	srv, err := startServer(ctx, dir, useGossip, cfg.GossipProfile, cfg.UnreachableGrace, log.With("side", "server"))
+	memLimit := cfg.MemoryLimit
+	if memLimit == server.MemoryLimitAuto && cfg.AgentProcs == 0 {
+		memLimit = server.MemoryLimitNone
+		res.Notes = append(res.Notes, "the agents ran in the server's process: the server's automatic memory limit was not set")
+	}
+	log.Info("starting server", "gossip", useGossip, "memory_limit", memLimit)
+	srv, err := startServer(ctx, dir, useGossip, cfg.GossipProfile, cfg.UnreachableGrace, memLimit, log.With("side", "server"))
 	if err != nil {
 		return nil, err
 	}
@@ -195,6 +201,8 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	if kb, err := procStatusKB(os.Getpid(), "RssFile"); err == nil {
 		res.ServerFileMB = float64(kb) / 1024
 	}
+	gm := readGoMem()
+	res.ServerGo = &gm
 	res.HeapMB = heapMB()
 	res.ServerGoMB = goHeldMB()
 	if pf != nil {

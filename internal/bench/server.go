@@ -40,14 +40,15 @@ type benchServer struct {
 // startServer starts a server (server.Start) on 127.0.0.1:0 without a
 // local agent. With useGossip the controllers' membership is the server's
 // gossip member (LAN profile on loopback) that the simulated nodes join;
-// without, it is the set of agents running in this process.
-func startServer(ctx context.Context, dir string, useGossip bool, profile string, grace time.Duration, log *slog.Logger) (*benchServer, error) {
+// without, it is the set of agents running in this process. memLimit is
+// the server's Config.MemoryLimit.
+func startServer(ctx context.Context, dir string, useGossip bool, profile string, grace time.Duration, memLimit int64, log *slog.Logger) (*benchServer, error) {
 	b := &benchServer{profile: profile}
 	if profile == "" {
 		profile = gossip.ProfileLAN
 	}
 	cfg := server.Config{DataDir: filepath.Join(dir, "server"), Listen: "127.0.0.1:0", Logger: log, UnreachableGrace: grace,
-		GossipName: "bench-server", Gossip: agent.GossipOptions{Addr: "127.0.0.1:0", Profile: profile}}
+		GossipName: "bench-server", Gossip: agent.GossipOptions{Addr: "127.0.0.1:0", Profile: profile}, MemoryLimit: memLimit}
 	if useGossip {
 		b.glog = newGossipRecorder(log.With("component", "gossip").Handler())
 		cfg.Gossip.Logger = slog.New(b.glog)
