@@ -13,9 +13,9 @@ func TestAutoMemoryLimit(t *testing.T) {
 		nodes int
 		want  int64
 	}{
-		{0, 64 << 20},
-		{1000, 64<<20 + 1000*96<<10},
-		{5000, 64<<20 + 5000*96<<10},
+		{0, 128 << 20},
+		{1000, 128<<20 + 1000*96<<10},
+		{5000, 128<<20 + 5000*96<<10},
 	} {
 		if got := autoMemoryLimit(tc.nodes); got != tc.want {
 			t.Errorf("autoMemoryLimit(%d) = %d, want %d", tc.nodes, got, tc.want)

@@ -14,7 +14,7 @@ import (
 const minMemoryLimit = 32 << 20
 
 // memoryLimitUsage is the --memory-limit help of "server" and "bench fleet".
-const memoryLimitUsage = "soft memory limit of the server's Go runtime: auto (64Mi + 96Ki per Node, unless GOMEMLIMIT is set), none, or a size such as 256Mi or 1Gi"
+const memoryLimitUsage = "soft memory limit of the server's Go runtime: auto (128Mi + 96Ki per Node, unless GOMEMLIMIT is set), none, or a size such as 256Mi or 1Gi"
 
 // parseMemoryLimit reads a --memory-limit value into a
 // server.Config.MemoryLimit.
