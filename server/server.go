@@ -141,12 +141,9 @@ type Config struct {
 	// daemonset.DefaultUnreachableGrace (docs/rollouts.md §7). Tests and
 	// the benchmark shorten it.
 	UnreachableGrace time.Duration
-	// MemoryLimit is the process's soft memory limit in bytes
-	// (runtime/debug.SetMemoryLimit); 0 (MemoryLimitNone) leaves the
-	// runtime's own. MemoryLimitAuto sizes it from the number of Nodes
-	// (MemoryLimitBase + MemoryLimitPerNode each) unless GOMEMLIMIT is set
-	// in the environment: "everynode server" does so by default. Close puts
-	// back the limit Start found.
+	// MemoryLimit, when positive, is the process's soft memory limit in
+	// bytes (runtime/debug.SetMemoryLimit; it overrides GOMEMLIMIT); 0
+	// leaves the runtime's own. Close puts back the limit Start found.
 	MemoryLimit int64
 }
 
@@ -316,7 +313,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	}
 	bgCtx, stopBG := context.WithCancel(context.WithoutCancel(ctx))
 	s.stopBG = stopBG
-	s.mem.start(bgCtx, cfg.MemoryLimit, s.countNodes, s.goBG, s.log)
+	s.mem.start(cfg.MemoryLimit, s.log)
 	s.goBG(func() {
 		select {
 		case err := <-s.st.Err():

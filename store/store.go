@@ -275,16 +275,3 @@ func (s *Store) compactLoop(ctx context.Context, interval time.Duration) {
 		last = cur
 	}
 }
-
-// Count is how many objects of r the watch cache holds now (every
-// namespace): a cheap size of the cluster, for sizing decisions such as
-// the server's memory limit. It does not wait for the cache to be fresh.
-func (s *Store) Count(r *resources.Resource) (int, error) {
-	c, err := s.cacheFor(r)
-	if err != nil {
-		return 0, err
-	}
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	return len(c.objects), nil
-}

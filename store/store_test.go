@@ -13,7 +13,6 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/everynode/everynode/internal/testkit"
@@ -367,21 +366,5 @@ func TestEndedContextWritesNothing(t *testing.T) {
 	got, err := s.Get(ctx, resources.Pods, "default", "kept")
 	if err != nil || got.GetResourceVersion() != kept.GetResourceVersion() {
 		t.Fatalf("kept pod changed or gone: %v %v", got, err)
-	}
-}
-
-func TestCount(t *testing.T) {
-	s := openTest(t)
-	ctx := testCtx(t)
-	for _, n := range []string{"node-1", "node-2"} {
-		mustCreate(t, s, resources.Nodes, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}})
-	}
-	mustCreate(t, s, resources.Pods, newPod("default", "p", "node-1", nil))
-	// A list waits for the cache to reach the latest revision; Count does not.
-	if _, _, err := s.List(ctx, resources.Nodes, "", Selector{}); err != nil {
-		t.Fatal(err)
-	}
-	if n, err := s.Count(resources.Nodes); err != nil || n != 2 {
-		t.Fatalf("Count(Nodes) = %d, %v; want 2", n, err)
 	}
 }

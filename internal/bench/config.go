@@ -62,11 +62,9 @@ type Config struct {
 	// server's own, and AgentsRSSMB the children's. 0 runs the agents in this
 	// process (for profiling the whole system in one profile).
 	AgentProcs int
-	// MemoryLimit is the server's Config.MemoryLimit ("everynode bench
-	// fleet" passes server.MemoryLimitAuto unless told otherwise, as
-	// "everynode server" does). The limit is the process's: with the
-	// agents in this process (AgentProcs 0) the automatic one would squeeze
-	// them too, so it is then not set.
+	// MemoryLimit is the server's Config.MemoryLimit (0: none). The limit
+	// is the process's: with the agents in this process (AgentProcs 0) it
+	// limits them too.
 	MemoryLimit int64
 	// AgentsCommand builds the command of one child process: a process that
 	// calls ServeAgents with its stdin and stdout ("everynode bench

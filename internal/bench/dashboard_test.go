@@ -20,7 +20,6 @@ import (
 
 	"github.com/everynode/everynode/client"
 	"github.com/everynode/everynode/resources"
-	"github.com/everynode/everynode/server"
 )
 
 // dashboardProbe is installed in the page before the rollout: it records
@@ -75,7 +74,7 @@ func BenchmarkDashboardRollout(b *testing.B) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	log := slog.New(slog.DiscardHandler)
-	srv, err := startServer(ctx, b.TempDir(), false, "", 0, server.MemoryLimitNone, log)
+	srv, err := startServer(ctx, b.TempDir(), false, "", 0, 0, log)
 	if err != nil {
 		b.Fatal(err)
 	}

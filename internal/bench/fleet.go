@@ -21,7 +21,6 @@ import (
 	"github.com/everynode/everynode/client"
 	"github.com/everynode/everynode/gossip"
 	"github.com/everynode/everynode/resources"
-	"github.com/everynode/everynode/server"
 )
 
 // MaxGossipNodes is the largest fleet run with gossip: a thousand memberlist
@@ -98,13 +97,8 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	}
 	defer os.RemoveAll(dir)
 
-	memLimit := cfg.MemoryLimit
-	if memLimit == server.MemoryLimitAuto && cfg.AgentProcs == 0 {
-		memLimit = server.MemoryLimitNone
-		res.Notes = append(res.Notes, "the agents ran in the server's process: the server's automatic memory limit was not set")
-	}
-	log.Info("starting server", "gossip", useGossip, "memory_limit", memLimit)
-	srv, err := startServer(ctx, dir, useGossip, cfg.GossipProfile, cfg.UnreachableGrace, memLimit, log.With("side", "server"))
+	log.Info("starting server", "gossip", useGossip, "memory_limit", cfg.MemoryLimit)
+	srv, err := startServer(ctx, dir, useGossip, cfg.GossipProfile, cfg.UnreachableGrace, cfg.MemoryLimit, log.With("side", "server"))
 	if err != nil {
 		return nil, err
 	}

@@ -49,7 +49,7 @@ func (c *benchFleetCommand) flags(fs *pflag.FlagSet) {
 	fs.BoolVar(&c.detect, "detect", false, fmt.Sprintf("measure failure detection of a killed node (turns gossip on; up to %d nodes)", bench.MaxGossipNodes))
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured phases (convergence, rollout, detect) to FILE")
 	fs.StringVar(&c.memProfile, "memprofile", "", "write a heap profile of the server alone (after the agents stopped) to FILE")
-	fs.StringVar(&c.memLimit, "memory-limit", "auto", memoryLimitUsage+" (as \"everynode server\"; with --agent-procs 0 auto sets none)")
+	fs.StringVar(&c.memLimit, "memory-limit", "none", "the server's --memory-limit: "+memoryLimitUsage+"; with --agent-procs 0 it limits the agents too")
 	fs.StringVar(&c.logLevel, "log-level", "warn", "log level: debug, info, warn or error")
 	fs.StringVar(&c.agentBin, "agent-binary", "", "binary run as the separate agent process (default: everynode-agent next to this binary, else this one; \"none\" skips agent_rss_mb)")
 	fs.DurationVar(&c.soak, "soak", 0, "keep the fleet running this long after the timed phases, counting false NotReady")

@@ -1,10 +1,6 @@
 package cli
 
-import (
-	"testing"
-
-	"github.com/everynode/everynode/server"
-)
+import "testing"
 
 func TestParseMemoryLimit(t *testing.T) {
 	for _, tc := range []struct {
@@ -12,8 +8,8 @@ func TestParseMemoryLimit(t *testing.T) {
 		want int64
 		bad  bool
 	}{
-		{in: "auto", want: server.MemoryLimitAuto},
-		{in: "none", want: server.MemoryLimitNone},
+		{in: "none", want: 0},
+		{in: "auto", bad: true},
 		{in: "256Mi", want: 256 << 20},
 		{in: "1Gi", want: 1 << 30},
 		{in: "300M", want: 300_000_000},

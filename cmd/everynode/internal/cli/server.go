@@ -78,7 +78,7 @@ func (c *ServerCommand) flags(fs *pflag.FlagSet) {
 	fs.IntVar(&c.peerPort, "etcd-peer-port", server.DefaultPeerPort, "etcd peer port (mutual TLS) of a clustered server")
 	fs.DurationVar(&c.snapEvery, "snapshot-interval", 0, "save an etcd snapshot into DATA_DIR/snapshots this often (e.g. 6h); 0: none")
 	fs.IntVar(&c.snapKeep, "snapshot-retention", server.DefaultSnapshotRetention, "how many scheduled snapshots to keep")
-	fs.StringVar(&c.memLimit, "memory-limit", "auto", memoryLimitUsage)
+	fs.StringVar(&c.memLimit, "memory-limit", "none", memoryLimitUsage)
 	c.agent.Register(fs, "gossip (memberlist) bind address host:port, UDP and TCP; agents learn it when they join; port 0 picks a free one")
 }
 
