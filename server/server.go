@@ -146,6 +146,10 @@ type Config struct {
 	// the gossip profile's (1 s; 10 s with wan). The benchmark, whose
 	// simulated agents share a connection per process, lengthens it.
 	StreamPingTimeout time.Duration
+	// MemoryLimit, when positive, is the process's soft memory limit in
+	// bytes (runtime/debug.SetMemoryLimit; it overrides GOMEMLIMIT); 0
+	// leaves the runtime's own. Close puts back the limit Start found.
+	MemoryLimit int64
 }
 
 // Server is a running server.
@@ -194,6 +198,8 @@ type Server struct {
 	stopAgent context.CancelFunc
 	agentDone chan struct{}
 	agentErr  error
+
+	mem memoryLimiter
 
 	failed    chan error
 	closeOnce sync.Once
@@ -312,6 +318,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	}
 	bgCtx, stopBG := context.WithCancel(context.WithoutCancel(ctx))
 	s.stopBG = stopBG
+	s.mem.start(cfg.MemoryLimit, s.log)
 	s.goBG(func() {
 		select {
 		case err := <-s.st.Err():
@@ -513,6 +520,7 @@ func (s *Server) Close() error {
 			s.stopBG()
 			s.bgWG.Wait()
 		}
+		s.mem.restore()
 		if s.conns != nil {
 			s.conns.close()
 		}

@@ -62,6 +62,10 @@ type Config struct {
 	// server's own, and AgentsRSSMB the children's. 0 runs the agents in this
 	// process (for profiling the whole system in one profile).
 	AgentProcs int
+	// MemoryLimit is the server's Config.MemoryLimit (0: none). The limit
+	// is the process's: with the agents in this process (AgentProcs 0) it
+	// limits them too.
+	MemoryLimit int64
 	// AgentsCommand builds the command of one child process: a process that
 	// calls ServeAgents with its stdin and stdout ("everynode bench
 	// agents"). Run sets the command's Stdin and Stdout; the builder may set
@@ -303,8 +307,11 @@ type Result struct {
 	// pages, etcd's memory-mapped database); ServerGoMB what the Go runtime
 	// then held from the OS (heap spans in use or kept for reuse, stacks),
 	// which the rest of the RSS mostly is.
-	ServerFileMB     float64 `json:"server_file_mb,omitempty"`
-	ServerGoMB       float64 `json:"server_go_mb,omitempty"`
+	ServerFileMB float64 `json:"server_file_mb,omitempty"`
+	ServerGoMB   float64 `json:"server_go_mb,omitempty"`
+	// ServerGo splits ServerGoMB, read at the same moment (before HeapMB's
+	// collection), and counts the collector's cycles and CPU seconds so far.
+	ServerGo         *goMem  `json:"server_go,omitempty"`
 	HeapMB           float64 `json:"heap_mb"`
 	HeapServerIdleMB float64 `json:"heap_server_idle_mb"`
 	HeapAgentsMB     float64 `json:"heap_agents_mb"`

@@ -74,7 +74,7 @@ func BenchmarkDashboardRollout(b *testing.B) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	log := slog.New(slog.DiscardHandler)
-	srv, err := startServer(ctx, b.TempDir(), false, "", 0, 0, log)
+	srv, err := startServer(ctx, b.TempDir(), false, "", 0, 0, 0, log)
 	if err != nil {
 		b.Fatal(err)
 	}

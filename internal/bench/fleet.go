@@ -99,12 +99,12 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	}
 	defer os.RemoveAll(dir)
 
-	log.Info("starting server", "gossip", useGossip)
+	log.Info("starting server", "gossip", useGossip, "memory_limit", cfg.MemoryLimit)
 	var pingTimeout time.Duration
 	if procs == 0 || cfg.Nodes > procs {
 		pingTimeout = sharedPingTimeout
 	}
-	srv, err := startServer(ctx, dir, useGossip, cfg.GossipProfile, cfg.UnreachableGrace, pingTimeout, log.With("side", "server"))
+	srv, err := startServer(ctx, dir, useGossip, cfg.GossipProfile, cfg.UnreachableGrace, pingTimeout, cfg.MemoryLimit, log.With("side", "server"))
 	if err != nil {
 		return nil, err
 	}
@@ -201,6 +201,8 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	if kb, err := procStatusKB(os.Getpid(), "RssFile"); err == nil {
 		res.ServerFileMB = float64(kb) / 1024
 	}
+	gm := readGoMem()
+	res.ServerGo = &gm
 	res.HeapMB = heapMB()
 	res.ServerGoMB = goHeldMB()
 	if pf != nil {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"syscall"
@@ -148,6 +149,8 @@ func TestRunSmallFleetAgentProcs(t *testing.T) {
 		{"status latency sampled in the children", res.StatusSamples >= nodes && res.StatusP50Ms > 0},
 		{"fan-out: every write seen by every agent's watch in the children", res.FanoutWatches == nodes && res.FanoutMissing == 0 && res.FanoutP50Ms > 0 && res.FanoutP99Ms >= res.FanoutP50Ms},
 		{"server RSS read", res.ServerRSSMB > 0 && res.ServerFileMB > 0 && res.ServerFileMB < res.ServerRSSMB && res.ServerGoMB > 0},
+		{"the runtime's memory split", res.ServerGo != nil && res.ServerGo.ObjectsMB > 0 && res.ServerGo.StacksMB > 0 &&
+			res.ServerGo.GoalMB > 0 && res.ServerGo.GCCycles > 0 && res.ServerGo.LimitMB == 0},
 		{"agents' RSS read", res.AgentsRSSMB > 0 && res.AgentsAnonMB > 0 && res.AgentsAnonMB <= res.AgentsRSSMB},
 		{"agents' CPU read", res.AgentsConvergeCPUS > 0},
 		{"CPU load ran", res.CPULoad == 1 && res.CPULoadCPUS > 0},
@@ -168,13 +171,23 @@ func TestRunSmallFleetAgentProcsStatic(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	const nodes = 3
-	// More processes than nodes: one agent each.
-	res, err := Run(ctx, Config{Nodes: nodes, AgentProcs: 5, AgentsCommand: agentsChildCommand, Dir: t.TempDir(), Timeout: time.Minute})
+	// More processes than nodes: one agent each. The server's memory
+	// limit (generous: this process also runs the test) is set while it
+	// runs and put back when it closes.
+	was := debug.SetMemoryLimit(-1)
+	res, err := Run(ctx, Config{Nodes: nodes, AgentProcs: 5, AgentsCommand: agentsChildCommand, Dir: t.TempDir(), Timeout: time.Minute,
+		MemoryLimit: 1 << 30})
 	if err != nil {
 		t.Fatalf("Run: %v", err)
 	}
 	if res.PodsRunning != nodes || res.AgentProcs != nodes || res.Gossip || res.FalseNotReady != 0 || res.Connections < nodes {
 		t.Errorf("result %+v: want %d pods Running, %d processes, no gossip, no false NotReady, a connection per process", *res, nodes, nodes)
+	}
+	if res.ServerGo == nil || res.ServerGo.LimitMB != 1024 {
+		t.Errorf("server_go %+v: want the 1024 MiB memory limit in force", res.ServerGo)
+	}
+	if got := debug.SetMemoryLimit(-1); got != was {
+		t.Errorf("memory limit after the run: %d, want the earlier %d", got, was)
 	}
 }
 

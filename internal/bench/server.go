@@ -43,14 +43,15 @@ type benchServer struct {
 // without, it is the set of agents running in this process.
 //
 // pingTimeout, when > 0, replaces the API's HTTP/2 ping timeout
-// (server.Config.StreamPingTimeout).
-func startServer(ctx context.Context, dir string, useGossip bool, profile string, grace, pingTimeout time.Duration, log *slog.Logger) (*benchServer, error) {
+// (server.Config.StreamPingTimeout). memLimit is the server's
+// Config.MemoryLimit.
+func startServer(ctx context.Context, dir string, useGossip bool, profile string, grace, pingTimeout time.Duration, memLimit int64, log *slog.Logger) (*benchServer, error) {
 	b := &benchServer{profile: profile}
 	if profile == "" {
 		profile = gossip.ProfileLAN
 	}
 	cfg := server.Config{DataDir: filepath.Join(dir, "server"), Listen: "127.0.0.1:0", Logger: log, UnreachableGrace: grace,
-		StreamPingTimeout: pingTimeout, GossipName: "bench-server", Gossip: agent.GossipOptions{Addr: "127.0.0.1:0", Profile: profile}}
+		StreamPingTimeout: pingTimeout, GossipName: "bench-server", Gossip: agent.GossipOptions{Addr: "127.0.0.1:0", Profile: profile}, MemoryLimit: memLimit}
 	if useGossip {
 		b.glog = newGossipRecorder(log.With("component", "gossip").Handler())
 		cfg.Gossip.Logger = slog.New(b.glog)

@@ -28,6 +28,8 @@ type benchFleetCommand struct {
 	asJSON, gsp, rollout, detect   bool
 	cpuProfile, logLevel, agentBin string
 	memProfile                     string
+	memLimit                       string
+	memoryLimit                    int64
 	idle, soak, idleTraffic        time.Duration
 	idleSettle                     time.Duration
 	idleCPU                        time.Duration
@@ -48,6 +50,7 @@ func (c *benchFleetCommand) flags(fs *pflag.FlagSet) {
 	fs.BoolVar(&c.detect, "detect", false, fmt.Sprintf("measure failure detection of a killed node (turns gossip on; up to %d nodes)", bench.MaxGossipNodes))
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured phases (convergence, rollout, detect) to FILE")
 	fs.StringVar(&c.memProfile, "memprofile", "", "write a heap profile of the server alone (after the agents stopped) to FILE")
+	fs.StringVar(&c.memLimit, "memory-limit", "none", "the server's --memory-limit: "+memoryLimitUsage+"; with --agent-procs 0 it limits the agents too")
 	fs.StringVar(&c.logLevel, "log-level", "warn", "log level: debug, info, warn or error")
 	fs.StringVar(&c.agentBin, "agent-binary", "", "binary run as the separate agent process (default: everynode-agent next to this binary, else this one; \"none\" skips agent_rss_mb)")
 	fs.DurationVar(&c.soak, "soak", 0, "keep the fleet running this long after the timed phases, counting false NotReady")
@@ -94,6 +97,9 @@ func (c *benchFleetCommand) complete(pos []string) error {
 		return usageError("--unreachable-blocks needs --rollout-unreachable", "e.g. --rollout-unreachable 5 --unreachable-blocks")
 	}
 	var err error
+	if c.memoryLimit, err = parseMemoryLimit(c.memLimit); err != nil {
+		return err
+	}
 	c.level, err = parseLogLevel(c.logLevel)
 	return err
 }
@@ -103,7 +109,7 @@ func (c *benchFleetCommand) Run(ctx context.Context, std IO) error {
 	log := slog.New(slog.NewTextHandler(std.Err, &slog.HandlerOptions{Level: c.level}))
 	cfg := bench.Config{Nodes: c.nodes, Gossip: c.gsp, Rollout: c.rollout, Detect: c.detect, AgentIdle: c.idle, Soak: c.soak, Logger: log,
 		GossipProfile: c.gossipProfile, IdleTraffic: c.idleTraffic, IdleSettle: c.idleSettle, IdleCPU: c.idleCPU,
-		AgentProcs: c.agentProcs, CPULoad: c.cpuLoad, RolloutUnreachable: c.unreachable, UnreachableBlocks: c.unreachableBlocks}
+		AgentProcs: c.agentProcs, MemoryLimit: c.memoryLimit, CPULoad: c.cpuLoad, RolloutUnreachable: c.unreachable, UnreachableBlocks: c.unreachableBlocks}
 	if c.agentProcs > 0 || c.cpuLoad > 0 {
 		self, err := os.Executable()
 		if err != nil {

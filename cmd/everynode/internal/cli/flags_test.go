@@ -113,6 +113,7 @@ func everyFlag() []flagCase {
 		{"server", "etcd-peer-port", "", "2380", "--etcd-peer-port 2390", "peerPort", 2390},
 		{"server", "snapshot-interval", "", "0s", "--snapshot-interval 6h", "snapEvery", 6 * time.Hour},
 		{"server", "snapshot-retention", "", "5", "--snapshot-retention 3", "snapKeep", 3},
+		{"server", "memory-limit", "", "none", "--memory-limit 256Mi", "memLimit", "256Mi"},
 
 		{"agent", "server", "", "", join, "server", "https://s:6443"},
 		{"agent", "token", "", "", join, "token", "T"},
@@ -193,6 +194,7 @@ func everyFlag() []flagCase {
 
 		{"bench fleet", "nodes", "", "100", "--nodes 7", "nodes", 7},
 		{"bench fleet", "json", "", "false", "--json", "asJSON", true},
+		{"bench fleet", "memory-limit", "", "none", "--memory-limit 160Mi", "memLimit", "160Mi"},
 		{"bench fleet", "gossip", "", "false", "--gossip", "gsp", true},
 		{"bench fleet", "rollout", "", "false", "--rollout", "rollout", true},
 		{"bench fleet", "detect", "", "false", "--detect", "detect", true},

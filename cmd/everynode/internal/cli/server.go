@@ -45,6 +45,9 @@ type ServerCommand struct {
 	peerPort    int
 	snapEvery   time.Duration
 	snapKeep    int
+	// memLimit is --memory-limit; memoryLimit its value.
+	memLimit    string
+	memoryLimit int64
 	// auditLog, auditMaxSize and auditMaxBackups are kube-apiserver's
 	// --audit-log-path, --audit-log-maxsize and --audit-log-maxbackup.
 	auditLog        string
@@ -75,6 +78,7 @@ func (c *ServerCommand) flags(fs *pflag.FlagSet) {
 	fs.IntVar(&c.peerPort, "etcd-peer-port", server.DefaultPeerPort, "etcd peer port (mutual TLS) of a clustered server")
 	fs.DurationVar(&c.snapEvery, "snapshot-interval", 0, "save an etcd snapshot into DATA_DIR/snapshots this often (e.g. 6h); 0: none")
 	fs.IntVar(&c.snapKeep, "snapshot-retention", server.DefaultSnapshotRetention, "how many scheduled snapshots to keep")
+	fs.StringVar(&c.memLimit, "memory-limit", "none", memoryLimitUsage)
 	c.agent.Register(fs, "gossip (memberlist) bind address host:port, UDP and TCP; agents learn it when they join; port 0 picks a free one")
 }
 
@@ -111,6 +115,9 @@ func (c *ServerCommand) complete(pos []string) error {
 	if c.snapEvery < 0 || (c.snapEvery > 0 && c.snapKeep < 1) {
 		return usageError("invalid --snapshot-interval or --snapshot-retention", "use a positive interval (e.g. 6h) and keep at least 1")
 	}
+	if c.memoryLimit, err = parseMemoryLimit(c.memLimit); err != nil {
+		return err
+	}
 	if c.advertise != "" && net.ParseIP(c.advertise) == nil {
 		return usageError(fmt.Sprintf("invalid --advertise-address %q", c.advertise), "give an IP address")
 	}
@@ -131,6 +138,7 @@ func (c *ServerCommand) Run(ctx context.Context, std IO) error {
 		ClusterInit: c.clusterInit, JoinURL: c.joinURL, AdvertiseAddress: c.advertise, PeerPort: c.peerPort,
 		ServerName: strings.ToLower(c.agent.Name), SnapshotInterval: c.snapEvery, SnapshotRetention: c.snapKeep,
 		AuditLog: c.auditLog, AuditLogMaxSize: c.auditMaxSize, AuditLogMaxBackups: c.auditMaxBackups,
+		MemoryLimit: c.memoryLimit,
 	}
 	if c.joinURL != "" {
 		token, err := readTokenFile(c.tokenFile)
