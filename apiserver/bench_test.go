@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/everynode/everynode/client"
+	"github.com/everynode/everynode/resources"
 )
 
 // benchPod is the object both sides of BenchmarkCreate write.
@@ -47,7 +48,7 @@ func (l latencies) report(b *testing.B, prefix string) {
 func BenchmarkCreate(b *testing.B) {
 	e := newEnv(b)
 	ctx := context.Background()
-	hc, err := client.NewHTTP(client.Config{Server: e.srv.URL, Token: adminToken})
+	hc, err := client.NewHTTP(client.Config{Server: e.srv.URL, Token: adminToken, ResourceFor: resources.ForObject})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -466,7 +466,7 @@ func contractServer(t *testing.T, ctx context.Context) (local, overHTTP client.I
 		srv.Close()
 	})
 	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
-	h, err := client.NewHTTP(client.Config{Server: srv.URL, CAPEM: ca, Token: "admin-token"})
+	h, err := client.NewHTTP(client.Config{Server: srv.URL, CAPEM: ca, Token: "admin-token", ResourceFor: resources.ForObject})
 	if err != nil {
 		t.Fatalf("client.NewHTTP: %v", err)
 	}

@@ -241,7 +241,7 @@ func TestEnsureNamespaces(t *testing.T) {
 func TestClientParity(t *testing.T) {
 	e := newEnv(t)
 	ctx := testCtx(t)
-	hc, err := client.NewHTTP(client.Config{Server: e.srv.URL, Token: adminToken})
+	hc, err := client.NewHTTP(client.Config{Server: e.srv.URL, Token: adminToken, ResourceFor: resources.ForObject})
 	if err != nil {
 		t.Fatal(err)
 	}

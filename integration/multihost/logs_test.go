@@ -44,7 +44,7 @@ func TestDockerLogsThroughAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer srv.Close()
-	cli, err := client.NewHTTP(client.Config{Server: srv.URL(), CAPEM: srv.CAPEM(), Token: srv.AdminToken(), Timeout: 10 * time.Second})
+	cli, err := client.NewHTTP(client.Config{Server: srv.URL(), CAPEM: srv.CAPEM(), Token: srv.AdminToken(), Timeout: 10 * time.Second, ResourceFor: resources.ForObject})
 	if err != nil {
 		t.Fatal(err)
 	}

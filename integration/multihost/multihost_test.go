@@ -283,6 +283,7 @@ func (e *mhEnv) startServer() {
 		e.t.Fatal(err)
 	}
 	cfg.Timeout = 10 * time.Second
+	cfg.ResourceFor = resources.ForObject
 	if e.api, err = client.NewHTTP(cfg); err != nil {
 		e.t.Fatal(err)
 	}

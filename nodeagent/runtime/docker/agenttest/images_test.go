@@ -198,7 +198,7 @@ func fetchOnEngines(t *testing.T, engines []*client.Client, hosts []string, peer
 	if err != nil {
 		t.Fatal(err)
 	}
-	admin, err := evclient.NewHTTP(evclient.Config{Server: s.URL(), CAPEM: s.CAPEM(), Token: s.AdminToken()})
+	admin, err := evclient.NewHTTP(evclient.Config{Server: s.URL(), CAPEM: s.CAPEM(), Token: s.AdminToken(), ResourceFor: resources.ForObject})
 	if err != nil {
 		t.Fatal(err)
 	}

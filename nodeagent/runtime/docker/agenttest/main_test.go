@@ -260,6 +260,7 @@ func (n *node) startServer() (*server.Server, *enclient.HTTP) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	cfg.ResourceFor = resources.ForObject // RBAC kinds and DaemonSets, not only core/v1
 	admin, err := enclient.NewHTTP(cfg)
 	if err != nil {
 		t.Fatal(err)
