@@ -113,6 +113,8 @@ type HTTP struct {
 	hc      *http.Client
 	watch   *watchCodec
 	kindOf  func(runtime.Object) *resources.Resource
+	// coreOnly is set when kindOf is the default, core/v1 alone.
+	coreOnly bool
 }
 
 var _ Interface = (*HTTP)(nil)
@@ -153,7 +155,7 @@ func NewHTTP(cfg Config) (*HTTP, error) {
 		kindOf:  cfg.ResourceFor,
 	}
 	if h.kindOf == nil {
-		h.kindOf = resources.ForObject
+		h.kindOf, h.coreOnly = resources.ForObject, true
 	}
 	if cfg.Transport != nil {
 		h.hc = &http.Client{Transport: cfg.Transport}
@@ -399,6 +401,9 @@ func namespaceOf(r *resources.Resource, obj Object) string {
 // encodeObject marshals a copy of obj with apiVersion and kind set.
 func (h *HTTP) encodeObject(obj Object) (*resources.Resource, []byte, error) {
 	r := h.kindOf(obj)
+	if r == nil && h.coreOnly {
+		return nil, nil, fmt.Errorf("client: %T is not a core/v1 kind, the only ones this client knows: set Config.ResourceFor to resources.ForObject to write every served kind", obj)
+	}
 	if r == nil {
 		return nil, nil, fmt.Errorf("client: %T is not a served resource (or not one Config.ResourceFor knows)", obj)
 	}

@@ -160,7 +160,7 @@ func TestVerbs(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer coreOnly.Close()
-	if _, err := coreOnly.Create(ctx, in, WriteOptions{}); err == nil || !strings.Contains(err.Error(), "*v1.DaemonSet is not a served resource") {
+	if _, err := coreOnly.Create(ctx, in, WriteOptions{}); err == nil || !strings.Contains(err.Error(), "*v1.DaemonSet is not a core/v1 kind, the only ones this client knows: set Config.ResourceFor to resources.ForObject") {
 		t.Errorf("a DaemonSet created without Config.ResourceFor: %v", err)
 	}
 	if _, err := c.Create(ctx, in, WriteOptions{FieldManager: "everynode", DryRun: true}); err != nil {
