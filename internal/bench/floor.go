@@ -79,50 +79,28 @@ func (s *benchServer) fixedFloor(ctx context.Context, pods []podWrites) (time.Du
 	for _, c := range cs {
 		prefix := fmt.Sprintf("%sfixed-%d/", floorPrefix, c)
 		var next atomic.Int64
-		var wg sync.WaitGroup
-		errs := make(chan error, 1)
-		start := time.Now()
-		for range c {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for {
-					i := int(next.Add(1)) - 1
-					if i >= len(pods) {
-						return
-					}
-					p := pods[i]
-					k := prefix + strings.TrimPrefix(p.key, registryPrefix)
-					err := retryBusy(ctx, func() error {
-						_, err := s.etcd.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).
-							Then(clientv3.OpPut(k, val[:p.createSize])).Commit()
+		d, err := s.timedWrites(ctx, prefix, c, func(int) error {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(pods) {
+					return nil
+				}
+				p := pods[i]
+				k := prefix + strings.TrimPrefix(p.key, registryPrefix)
+				err := retryBusy(ctx, func() error { return s.createIfAbsent(ctx, k, val[:p.createSize]) })
+				if err == nil {
+					err = retryBusy(ctx, func() error {
+						_, err := s.etcd.Put(ctx, k, val[:p.status])
 						return err
 					})
-					if err == nil {
-						err = retryBusy(ctx, func() error {
-							_, err := s.etcd.Put(ctx, k, val[:p.status])
-							return err
-						})
-					}
-					if err != nil {
-						select {
-						case errs <- fmt.Errorf("bench: fixed floor write %s: %w", k, err):
-						default:
-						}
-						return
-					}
 				}
-			}()
-		}
-		wg.Wait()
-		d := time.Since(start)
-		select {
-		case err := <-errs:
+				if err != nil {
+					return fmt.Errorf("bench: fixed floor write %s: %w", k, err)
+				}
+			}
+		})
+		if err != nil {
 			return 0, 0, nil, err
-		default:
-		}
-		if _, err := s.etcd.Delete(ctx, prefix, clientv3.WithPrefix()); err != nil {
-			return 0, 0, nil, fmt.Errorf("bench: clean floor keys: %w", err)
 		}
 		if t, ok := trials[c]; !ok || d.Seconds() < t {
 			trials[c] = d.Seconds()
@@ -164,4 +142,44 @@ func retryBusy(ctx context.Context, fn func() error) error {
 func floorRetry(ctx context.Context, err error) bool {
 	return errors.Is(err, rpctypes.ErrTooManyRequests) || errors.Is(err, rpctypes.ErrTimeout) ||
 		(errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil)
+}
+
+// timedWrites runs writer(0) … writer(n-1) at once, straight to etcd, and
+// returns how long they took together, or the first error one returned.
+// The keys under prefix are removed afterwards.
+func (s *benchServer) timedWrites(ctx context.Context, prefix string, n int, writer func(i int) error) (time.Duration, error) {
+	var wg sync.WaitGroup
+	errs := make(chan error, 1)
+	start := time.Now()
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := writer(i); err != nil {
+				select {
+				case errs <- err:
+				default:
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	d := time.Since(start)
+	select {
+	case err := <-errs:
+		return 0, err
+	default:
+	}
+	if _, err := s.etcd.Delete(ctx, prefix, clientv3.WithPrefix()); err != nil {
+		return 0, fmt.Errorf("bench: clean floor keys: %w", err)
+	}
+	return d, nil
+}
+
+// createIfAbsent writes k = v unless k exists, as the store creates an
+// object.
+func (s *benchServer) createIfAbsent(ctx context.Context, k, v string) error {
+	_, err := s.etcd.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).
+		Then(clientv3.OpPut(k, v)).Commit()
+	return err
 }

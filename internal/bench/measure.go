@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -230,57 +229,36 @@ func (ws *WriteStats) summariseRollout(nodes int) {
 // writer per key as the agents and controllers are, and returns how long
 // it took. The replayed keys are removed afterwards.
 func (s *benchServer) replay(ctx context.Context, seqs map[string][]write) (time.Duration, error) {
-	etcd := s.etcd
 	maxSize := 0
-	for _, seq := range seqs {
+	keys := make([]string, 0, len(seqs))
+	for key, seq := range seqs {
+		keys = append(keys, key)
 		for _, w := range seq {
 			maxSize = max(maxSize, w.size)
 		}
 	}
-	buf := []byte(strings.Repeat("x", maxSize))
-	var wg sync.WaitGroup
-	errs := make(chan error, 1)
-	start := time.Now()
-	for key, seq := range seqs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			k := floorPrefix + strings.TrimPrefix(key, registryPrefix)
-			for _, w := range seq {
-				err := retryBusy(ctx, func() error {
-					var err error
-					switch {
-					case w.delete:
-						_, err = etcd.Delete(ctx, k)
-					case w.create:
-						_, err = etcd.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).
-							Then(clientv3.OpPut(k, string(buf[:w.size]))).Commit()
-					default:
-						_, err = etcd.Put(ctx, k, string(buf[:w.size]))
-					}
-					return err
-				})
-				if err != nil {
-					select {
-					case errs <- fmt.Errorf("bench: floor write %s: %w", k, err):
-					default:
-					}
-					return
+	buf := strings.Repeat("x", maxSize)
+	return s.timedWrites(ctx, floorPrefix, len(keys), func(i int) error {
+		k := floorPrefix + strings.TrimPrefix(keys[i], registryPrefix)
+		for _, w := range seqs[keys[i]] {
+			err := retryBusy(ctx, func() error {
+				var err error
+				switch {
+				case w.delete:
+					_, err = s.etcd.Delete(ctx, k)
+				case w.create:
+					err = s.createIfAbsent(ctx, k, buf[:w.size])
+				default:
+					_, err = s.etcd.Put(ctx, k, buf[:w.size])
 				}
+				return err
+			})
+			if err != nil {
+				return fmt.Errorf("bench: floor write %s: %w", k, err)
 			}
-		}()
-	}
-	wg.Wait()
-	d := time.Since(start)
-	select {
-	case err := <-errs:
-		return 0, err
-	default:
-	}
-	if _, err := etcd.Delete(ctx, floorPrefix, clientv3.WithPrefix()); err != nil {
-		return 0, fmt.Errorf("bench: clean floor keys: %w", err)
-	}
-	return d, nil
+		}
+		return nil
+	})
 }
 
 // rollout updates the DaemonSet's image and waits until every simulated
