@@ -20,7 +20,8 @@ import (
 type watchEncodings struct {
 	mu      sync.Mutex
 	entries map[watchEncodingKey]*watchEncoding
-	ring    []watchEncodingKey // insertion order, oldest first; len ≤ size
+	ring    []watchEncodingKey // the cached keys, oldest at next once full
+	next    int                // where the next key goes in ring
 	size    int
 }
 
@@ -51,12 +52,14 @@ func (c *watchEncodings) encode(t watch.EventType, obj runtime.Object) ([]byte, 
 	e := c.entries[k]
 	if e == nil {
 		e = &watchEncoding{}
-		if len(c.ring) >= c.size {
-			delete(c.entries, c.ring[0])
-			c.ring = append(c.ring[:0], c.ring[1:]...)
+		if len(c.ring) < c.size {
+			c.ring = append(c.ring, k)
+		} else {
+			delete(c.entries, c.ring[c.next])
+			c.ring[c.next] = k
+			c.next = (c.next + 1) % c.size
 		}
 		c.entries[k] = e
-		c.ring = append(c.ring, k)
 	}
 	c.mu.Unlock()
 	e.once.Do(func() {
