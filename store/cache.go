@@ -163,7 +163,7 @@ func (c *cache) newEntry(key string, rev int64, obj resources.Object) *entry {
 // start loads the current state (bounded by ctx) and then follows etcd until
 // bg ends or stop is called.
 func (c *cache) start(ctx, bg context.Context) error {
-	if err := c.relist(ctx); err != nil {
+	if err := retryUnavailable(ctx, func() error { return c.relist(ctx) }); err != nil {
 		close(c.donec)
 		return err
 	}

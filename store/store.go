@@ -142,7 +142,11 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	s.leases = newLeases(s.client, cfg.EventTTL, cfg.leaseReuse)
 	if cfg.EncryptionKeyFile != "" {
-		a, err := openAtRest(ctx, s.client, cfg.EncryptionKeyFile, lg)
+		var a *atRest
+		err := retryUnavailable(ctx, func() (err error) {
+			a, err = openAtRest(ctx, s.client, cfg.EncryptionKeyFile, lg)
+			return err
+		})
 		if err != nil {
 			s.Close()
 			return nil, fmt.Errorf("store: %w", err)
@@ -164,6 +168,30 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		s.wg.Go(func() { s.compactLoop(bg, cfg.CompactInterval) })
 	}
 	return s, nil
+}
+
+// openRetry bounds how long Open retries the reads etcd refuses while it
+// cannot serve (a member restarting into a leader election, as after a
+// SIGKILL of the leading server): a server restarted with its unchanged
+// command line then starts once the election is over, instead of exiting.
+const openRetry = time.Minute
+
+// retryUnavailable runs fn until it succeeds, fails otherwise than with
+// etcd's "cannot serve now" (IsUnavailable), ctx ends, or openRetry has
+// passed; it returns fn's last error. fn must be safe to run again.
+func retryUnavailable(ctx context.Context, fn func() error) error {
+	deadline := time.Now().Add(openRetry)
+	for wait := retryMin; ; wait = min(2*wait, retryMax) {
+		err := fn()
+		if err == nil || !IsUnavailable(err) || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+	}
 }
 
 // Close stops, in order: the compactor, every watch cache (closing all
