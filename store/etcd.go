@@ -100,6 +100,12 @@ func startEmbedded(ctx context.Context, cfg Config, lg *slog.Logger, zlg *zap.Lo
 		pu := url.URL{Scheme: "unix", Path: filepath.Join(filepath.Dir(sock), "etcd-peer.sock")}
 		ec.ListenPeerUrls, ec.AdvertisePeerUrls = nil, []url.URL{pu}
 		ec.InitialCluster = ec.Name + "=" + pu.String()
+		// Alone, the member elects itself once its randomized election
+		// timeout passes: 1 to 10 heartbeats after start with etcd's
+		// 1-second default, most of a server's start-up. With no other
+		// member to miss a heartbeat of, the shortest timeout etcd allows
+		// (5 heartbeats) is safe; the heartbeat itself is unchanged.
+		ec.ElectionMs = 5 * ec.TickMs
 	} else if err := cfg.Peer.apply(ec); err != nil {
 		return nil, nil, err
 	}
