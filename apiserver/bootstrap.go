@@ -2,9 +2,11 @@ package apiserver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
+	"sync"
 
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -25,23 +27,41 @@ import (
 // object annotated rbac.authorization.kubernetes.io/autoupdate=false is left
 // alone. The namespaces the namespaced roles live in must exist.
 func (s *Server) EnsureBootstrapPolicy(ctx context.Context) error {
+	// Each phase's objects are independent, so they are reconciled at once
+	// (bootstrapWriters at a time): etcd commits concurrent writes in a
+	// few fsyncs, where one after the other each waits for its own, which
+	// made this most of a server's start-up.
+	var crs []func() error
 	for _, cr := range append(bootstrappolicy.ClusterRoles(), bootstrappolicy.ControllerRoles()...) {
-		o := reconciliation.ReconcileRoleOptions{
-			Role: reconciliation.ClusterRoleRuleOwner{ClusterRole: cr.DeepCopy()}, Confirm: true,
-			Client: ruleOwners{s: s, ctx: ctx, r: resources.ClusterRoles},
-		}
-		if _, err := o.Run(); err != nil {
-			return fmt.Errorf("apiserver: reconcile clusterrole %q: %w", cr.Name, err)
-		}
+		crs = append(crs, func() error {
+			o := reconciliation.ReconcileRoleOptions{
+				Role: reconciliation.ClusterRoleRuleOwner{ClusterRole: cr.DeepCopy()}, Confirm: true,
+				Client: ruleOwners{s: s, ctx: ctx, r: resources.ClusterRoles},
+			}
+			if _, err := o.Run(); err != nil {
+				return fmt.Errorf("apiserver: reconcile clusterrole %q: %w", cr.Name, err)
+			}
+			return nil
+		})
 	}
+	if err := runAll(ctx, crs); err != nil {
+		return err
+	}
+	var crbs []func() error
 	for _, b := range append(bootstrappolicy.ClusterRoleBindings(), bootstrappolicy.ControllerRoleBindings()...) {
-		o := reconciliation.ReconcileRoleBindingOptions{
-			RoleBinding: reconciliation.ClusterRoleBindingAdapter{ClusterRoleBinding: b.DeepCopy()}, Confirm: true,
-			Client: bindings{s: s, ctx: ctx, r: resources.ClusterRoleBindings},
-		}
-		if _, err := o.Run(); err != nil {
-			return fmt.Errorf("apiserver: reconcile clusterrolebinding %q: %w", b.Name, err)
-		}
+		crbs = append(crbs, func() error {
+			o := reconciliation.ReconcileRoleBindingOptions{
+				RoleBinding: reconciliation.ClusterRoleBindingAdapter{ClusterRoleBinding: b.DeepCopy()}, Confirm: true,
+				Client: bindings{s: s, ctx: ctx, r: resources.ClusterRoleBindings},
+			}
+			if _, err := o.Run(); err != nil {
+				return fmt.Errorf("apiserver: reconcile clusterrolebinding %q: %w", b.Name, err)
+			}
+			return nil
+		})
+	}
+	if err := runAll(ctx, crbs); err != nil {
+		return err
 	}
 	roles := bootstrappolicy.NamespaceRoles()
 	// As upstream's reconciliation, the namespaces of namespaced roles are
@@ -49,33 +69,69 @@ func (s *Server) EnsureBootstrapPolicy(ctx context.Context) error {
 	if err := s.EnsureNamespaces(ctx, slices.Sorted(maps.Keys(roles))...); err != nil {
 		return err
 	}
+	var rs []func() error
 	for _, ns := range slices.Sorted(maps.Keys(roles)) {
 		for _, r := range roles[ns] {
-			o := reconciliation.ReconcileRoleOptions{
-				Role: reconciliation.RoleRuleOwner{Role: r.DeepCopy()}, Confirm: true,
-				Client: ruleOwners{s: s, ctx: ctx, r: resources.Roles},
-			}
-			if _, err := o.Run(); err != nil {
-				return fmt.Errorf("apiserver: reconcile role %s/%s: %w", ns, r.Name, err)
-			}
+			rs = append(rs, func() error {
+				o := reconciliation.ReconcileRoleOptions{
+					Role: reconciliation.RoleRuleOwner{Role: r.DeepCopy()}, Confirm: true,
+					Client: ruleOwners{s: s, ctx: ctx, r: resources.Roles},
+				}
+				if _, err := o.Run(); err != nil {
+					return fmt.Errorf("apiserver: reconcile role %s/%s: %w", ns, r.Name, err)
+				}
+				return nil
+			})
 		}
+	}
+	if err := runAll(ctx, rs); err != nil {
+		return err
 	}
 	rbs := bootstrappolicy.NamespaceRoleBindings()
 	if err := s.EnsureNamespaces(ctx, slices.Sorted(maps.Keys(rbs))...); err != nil {
 		return err
 	}
+	var rbfs []func() error
 	for _, ns := range slices.Sorted(maps.Keys(rbs)) {
 		for _, b := range rbs[ns] {
-			o := reconciliation.ReconcileRoleBindingOptions{
-				RoleBinding: reconciliation.RoleBindingAdapter{RoleBinding: b.DeepCopy()}, Confirm: true,
-				Client: bindings{s: s, ctx: ctx, r: resources.RoleBindings},
-			}
-			if _, err := o.Run(); err != nil {
-				return fmt.Errorf("apiserver: reconcile rolebinding %s/%s: %w", ns, b.Name, err)
-			}
+			rbfs = append(rbfs, func() error {
+				o := reconciliation.ReconcileRoleBindingOptions{
+					RoleBinding: reconciliation.RoleBindingAdapter{RoleBinding: b.DeepCopy()}, Confirm: true,
+					Client: bindings{s: s, ctx: ctx, r: resources.RoleBindings},
+				}
+				if _, err := o.Run(); err != nil {
+					return fmt.Errorf("apiserver: reconcile rolebinding %s/%s: %w", ns, b.Name, err)
+				}
+				return nil
+			})
 		}
 	}
-	return nil
+	return runAll(ctx, rbfs)
+}
+
+// bootstrapWriters bounds the bootstrap policy's concurrent reconciliations.
+const bootstrapWriters = 16
+
+// runAll runs fns, bootstrapWriters at a time, and returns
+// once all have returned: their errors, joined.
+func runAll(ctx context.Context, fns []func() error) error {
+	errs := make([]error, len(fns))
+	sem := make(chan struct{}, bootstrapWriters)
+	var wg sync.WaitGroup
+	for i, fn := range fns {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			wg.Wait()
+			return ctx.Err()
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			errs[i] = fn()
+		})
+	}
+	wg.Wait()
+	return errors.Join(slices.DeleteFunc(errs, func(err error) bool { return err == nil })...)
 }
 
 // ruleOwners is reconciliation's RuleOwnerModifier over the server's own
