@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"reflect"
 	"strings"
+	"sync"
 
 	restful "github.com/emicklei/go-restful/v3"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -13,9 +14,11 @@ import (
 	apiopenapi "k8s.io/apiserver/pkg/endpoints/openapi"
 	"k8s.io/kube-openapi/pkg/builder"
 	"k8s.io/kube-openapi/pkg/builder3"
+	"k8s.io/kube-openapi/pkg/cached"
 	"k8s.io/kube-openapi/pkg/common"
 	"k8s.io/kube-openapi/pkg/handler"
 	"k8s.io/kube-openapi/pkg/handler3"
+	"k8s.io/kube-openapi/pkg/spec3"
 	"k8s.io/kube-openapi/pkg/validation/spec"
 	generatedopenapi "k8s.io/kubernetes/pkg/generated/openapi"
 
@@ -38,9 +41,16 @@ type openAPI struct {
 	v3 *handler3.OpenAPIService
 }
 
+// newOpenAPI describes the routes now, so that a route that cannot be
+// described fails New, and builds each document on its first request, once
+// (kube-openapi's lazy services, as kube-apiserver's aggregator serves specs):
+// building them all takes most of a server's start-up otherwise, and a
+// server no client asks for them never holds them.
 func newOpenAPI(scheme *runtime.Scheme, d *discovery) (*openAPI, error) {
 	namer := apiopenapi.NewDefinitionNamer(scheme)
 	info := &spec.Info{InfoProps: spec.InfoProps{Title: "Kubernetes", Version: "v1.32.0"}}
+	// mu serializes the builders: they walk the same route descriptions.
+	var mu sync.Mutex
 	var services []*restful.WebService
 	o := &openAPI{v3: handler3.NewOpenAPIService()}
 	for _, gv := range d.gvs {
@@ -49,33 +59,41 @@ func newOpenAPI(scheme *runtime.Scheme, d *discovery) (*openAPI, error) {
 			return nil, err
 		}
 		services = append(services, ws)
-		cfg3 := &common.OpenAPIV3Config{
+		o.v3.UpdateGroupVersionLazy(strings.TrimPrefix(groupVersionPath(gv), "/"), cached.Once(cached.Func(func() (*spec3.OpenAPI, string, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			cfg3 := &common.OpenAPIV3Config{
+				Info:                  info,
+				GetOperationIDAndTags: apiopenapi.GetOperationIDAndTags,
+				GetDefinitionName:     namer.GetDefinitionName,
+				GetDefinitions:        generatedopenapi.GetOpenAPIDefinitions,
+			}
+			cfg3.Definitions = generatedopenapi.GetOpenAPIDefinitions(func(name string) spec.Ref {
+				n, _ := namer.GetDefinitionName(name)
+				return spec.MustCreateRef("#/components/schemas/" + common.EscapeJsonPointer(n))
+			})
+			doc, err := builder3.BuildOpenAPISpec([]*restful.WebService{ws}, cfg3)
+			if err != nil {
+				return nil, "", fmt.Errorf("OpenAPI v3 document of %s: %w", gv, err)
+			}
+			return doc, "built", nil
+		})))
+	}
+	o.v2 = handler.NewOpenAPIServiceLazy(cached.Once(cached.Func(func() (*spec.Swagger, string, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		doc, err := builder.BuildOpenAPISpec(services, &common.Config{
+			ProtocolList:          []string{"https"},
 			Info:                  info,
 			GetOperationIDAndTags: apiopenapi.GetOperationIDAndTags,
 			GetDefinitionName:     namer.GetDefinitionName,
 			GetDefinitions:        generatedopenapi.GetOpenAPIDefinitions,
-		}
-		cfg3.Definitions = generatedopenapi.GetOpenAPIDefinitions(func(name string) spec.Ref {
-			n, _ := namer.GetDefinitionName(name)
-			return spec.MustCreateRef("#/components/schemas/" + common.EscapeJsonPointer(n))
 		})
-		doc, err := builder3.BuildOpenAPISpec([]*restful.WebService{ws}, cfg3)
 		if err != nil {
-			return nil, fmt.Errorf("OpenAPI v3 document of %s: %w", gv, err)
+			return nil, "", fmt.Errorf("OpenAPI v2 document: %w", err)
 		}
-		o.v3.UpdateGroupVersion(strings.TrimPrefix(groupVersionPath(gv), "/"), doc)
-	}
-	v2, err := builder.BuildOpenAPISpec(services, &common.Config{
-		ProtocolList:          []string{"https"},
-		Info:                  info,
-		GetOperationIDAndTags: apiopenapi.GetOperationIDAndTags,
-		GetDefinitionName:     namer.GetDefinitionName,
-		GetDefinitions:        generatedopenapi.GetOpenAPIDefinitions,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("OpenAPI v2 document: %w", err)
-	}
-	o.v2 = handler.NewOpenAPIService(v2)
+		return doc, "built", nil
+	})))
 	return o, nil
 }
 
