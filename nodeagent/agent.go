@@ -305,7 +305,7 @@ func New(cfg Config) (*Agent, error) {
 		}
 	}, sets...)
 	if a.source == nil {
-		src := &apiSource{api: cfg.Client, node: cfg.NodeName, clock: cfg.Clock, log: a.log}
+		src := &apiSource{api: cfg.Client, node: cfg.NodeName, clock: cfg.Clock, log: a.log, onListed: a.health.answered}
 		if a.static != nil {
 			src.onMirror = a.static.poke
 		}

@@ -16,8 +16,9 @@ const (
 	// cannot hold the workers that restart crashed containers.
 	apiCallTimeout = 10 * time.Second
 	// apiPause is how long pod workers skip their API writes after one
-	// failed for want of the server; the writes are retried afterwards,
-	// recomputed from the actual state.
+	// failed for want of the server, unless the pod source lists again
+	// sooner; the writes are retried afterwards, recomputed from the actual
+	// state.
 	apiPause = 5 * time.Second
 )
 
@@ -49,6 +50,16 @@ func (h *apiHealth) observe(err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.until = h.clock.Now().Add(apiPause)
+}
+
+// answered ends a pause: the server answered another call (the pod
+// source's list after it reconnects), so the deferred writes need not wait
+// out apiPause. The source's list also requeues every pod, which retries
+// them at once.
+func (h *apiHealth) answered() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.until = time.Time{}
 }
 
 // unreachable reports whether err means the server did not answer (as

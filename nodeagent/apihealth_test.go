@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	testingclock "k8s.io/utils/clock/testing"
 
+	"github.com/everynode/everynode/internal/testkit"
 	rtfake "github.com/everynode/everynode/nodeagent/runtime/fake"
 )
 
@@ -74,5 +75,47 @@ func TestStatusWriteSkippedWhilePaused(t *testing.T) {
 	got, _ := e.sync("web")
 	if got.Status.Phase != "Running" {
 		t.Errorf("status after the pause: %+v", got.Status)
+	}
+}
+
+// TestListEndsThePause: once the pod source lists again, the server
+// answers, and the deferred writes go out without waiting out apiPause; a
+// failed list keeps them deferred.
+func TestListEndsThePause(t *testing.T) {
+	e := newEnv(t, rtfake.Config{})
+	e.seed(newPod("web"))
+	refused := errors.New("connection refused")
+	e.api.Fail("update", "pods/status", refused)
+	p := e.refresh("web")
+	if _, err := e.agent.syncPod(context.Background(), p.UID); err == nil {
+		t.Fatal("a failed status write was not reported")
+	}
+	e.api.Fail("update", "pods/status", nil)
+	src := e.agent.source.(*diskSource).inner.(*apiSource)
+
+	e.api.Fail("list", "pods", refused)
+	if _, err := src.listAndWatch(context.Background(), &sinkRecorder{}); err == nil {
+		t.Fatal("the list did not fail")
+	}
+	if !e.agent.health.paused() {
+		t.Fatal("a failed list ended the pause")
+	}
+
+	e.api.Fail("list", "pods", nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		src.listAndWatch(ctx, &sinkRecorder{})
+	}()
+	defer func() { cancel(); <-done }()
+	testkit.Eventually(t, 10*time.Second, func() error {
+		if e.agent.health.paused() {
+			return errors.New("writes still paused after a successful list")
+		}
+		return nil
+	})
+	if got, _ := e.sync("web"); got.Status.Phase != "Running" {
+		t.Errorf("status after the list, with no time passed: %+v", got.Status)
 	}
 }

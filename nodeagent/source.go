@@ -236,6 +236,9 @@ type apiSource struct {
 	clock    clock.Clock
 	log      *slog.Logger
 	onMirror func()
+	// onListed, if set, is called after each successful list: the server
+	// answers again.
+	onListed func()
 }
 
 func (s *apiSource) mirror(p *corev1.Pod) bool {
@@ -284,6 +287,9 @@ func (s *apiSource) listAndWatch(ctx context.Context, sink PodSink) (healthy boo
 	objs, rv, err := s.api.List(ctx, resources.Pods, "", opts)
 	if err != nil {
 		return false, fmt.Errorf("nodeagent: list pods: %w", err)
+	}
+	if s.onListed != nil {
+		s.onListed()
 	}
 	pods := make([]*corev1.Pod, 0, len(objs))
 	for _, o := range objs {
