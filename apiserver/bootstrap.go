@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"path"
 	"slices"
 	"sync"
 
@@ -31,82 +32,66 @@ func (s *Server) EnsureBootstrapPolicy(ctx context.Context) error {
 	// (bootstrapWriters at a time): etcd commits concurrent writes in a
 	// few fsyncs, where one after the other each waits for its own, which
 	// made this most of a server's start-up.
-	var crs []func() error
+	var crs, crbs, rs, rbs []func() error
 	for _, cr := range append(bootstrappolicy.ClusterRoles(), bootstrappolicy.ControllerRoles()...) {
-		crs = append(crs, func() error {
-			o := reconciliation.ReconcileRoleOptions{
-				Role: reconciliation.ClusterRoleRuleOwner{ClusterRole: cr.DeepCopy()}, Confirm: true,
-				Client: ruleOwners{s: s, ctx: ctx, r: resources.ClusterRoles},
-			}
-			if _, err := o.Run(); err != nil {
-				return fmt.Errorf("apiserver: reconcile clusterrole %q: %w", cr.Name, err)
-			}
-			return nil
-		})
+		crs = append(crs, s.reconcileRole(ctx, reconciliation.ClusterRoleRuleOwner{ClusterRole: cr.DeepCopy()}, resources.ClusterRoles))
+	}
+	for _, b := range append(bootstrappolicy.ClusterRoleBindings(), bootstrappolicy.ControllerRoleBindings()...) {
+		crbs = append(crbs, s.reconcileBinding(ctx, reconciliation.ClusterRoleBindingAdapter{ClusterRoleBinding: b.DeepCopy()}, resources.ClusterRoleBindings))
+	}
+	roles := bootstrappolicy.NamespaceRoles()
+	for _, ns := range slices.Sorted(maps.Keys(roles)) {
+		for _, r := range roles[ns] {
+			rs = append(rs, s.reconcileRole(ctx, reconciliation.RoleRuleOwner{Role: r.DeepCopy()}, resources.Roles))
+		}
+	}
+	nsBindings := bootstrappolicy.NamespaceRoleBindings()
+	for _, ns := range slices.Sorted(maps.Keys(nsBindings)) {
+		for _, b := range nsBindings[ns] {
+			rbs = append(rbs, s.reconcileBinding(ctx, reconciliation.RoleBindingAdapter{RoleBinding: b.DeepCopy()}, resources.RoleBindings))
+		}
 	}
 	if err := runAll(ctx, crs); err != nil {
 		return err
 	}
-	var crbs []func() error
-	for _, b := range append(bootstrappolicy.ClusterRoleBindings(), bootstrappolicy.ControllerRoleBindings()...) {
-		crbs = append(crbs, func() error {
-			o := reconciliation.ReconcileRoleBindingOptions{
-				RoleBinding: reconciliation.ClusterRoleBindingAdapter{ClusterRoleBinding: b.DeepCopy()}, Confirm: true,
-				Client: bindings{s: s, ctx: ctx, r: resources.ClusterRoleBindings},
-			}
-			if _, err := o.Run(); err != nil {
-				return fmt.Errorf("apiserver: reconcile clusterrolebinding %q: %w", b.Name, err)
-			}
-			return nil
-		})
-	}
 	if err := runAll(ctx, crbs); err != nil {
 		return err
 	}
-	roles := bootstrappolicy.NamespaceRoles()
 	// As upstream's reconciliation, the namespaces of namespaced roles are
 	// created if missing.
 	if err := s.EnsureNamespaces(ctx, slices.Sorted(maps.Keys(roles))...); err != nil {
 		return err
 	}
-	var rs []func() error
-	for _, ns := range slices.Sorted(maps.Keys(roles)) {
-		for _, r := range roles[ns] {
-			rs = append(rs, func() error {
-				o := reconciliation.ReconcileRoleOptions{
-					Role: reconciliation.RoleRuleOwner{Role: r.DeepCopy()}, Confirm: true,
-					Client: ruleOwners{s: s, ctx: ctx, r: resources.Roles},
-				}
-				if _, err := o.Run(); err != nil {
-					return fmt.Errorf("apiserver: reconcile role %s/%s: %w", ns, r.Name, err)
-				}
-				return nil
-			})
-		}
-	}
 	if err := runAll(ctx, rs); err != nil {
 		return err
 	}
-	rbs := bootstrappolicy.NamespaceRoleBindings()
-	if err := s.EnsureNamespaces(ctx, slices.Sorted(maps.Keys(rbs))...); err != nil {
+	if err := s.EnsureNamespaces(ctx, slices.Sorted(maps.Keys(nsBindings))...); err != nil {
 		return err
 	}
-	var rbfs []func() error
-	for _, ns := range slices.Sorted(maps.Keys(rbs)) {
-		for _, b := range rbs[ns] {
-			rbfs = append(rbfs, func() error {
-				o := reconciliation.ReconcileRoleBindingOptions{
-					RoleBinding: reconciliation.RoleBindingAdapter{RoleBinding: b.DeepCopy()}, Confirm: true,
-					Client: bindings{s: s, ctx: ctx, r: resources.RoleBindings},
-				}
-				if _, err := o.Run(); err != nil {
-					return fmt.Errorf("apiserver: reconcile rolebinding %s/%s: %w", ns, b.Name, err)
-				}
-				return nil
-			})
+	return runAll(ctx, rbs)
+}
+
+// reconcileRole returns the reconciliation of one bootstrap (Cluster)Role.
+func (s *Server) reconcileRole(ctx context.Context, role reconciliation.RuleOwner, r *resources.Resource) func() error {
+	return func() error {
+		o := reconciliation.ReconcileRoleOptions{Role: role, Confirm: true, Client: ruleOwners{s: s, ctx: ctx, r: r}}
+		if _, err := o.Run(); err != nil {
+			return fmt.Errorf("apiserver: reconcile %s %s: %w", r.Singular, path.Join(role.GetNamespace(), role.GetName()), err)
 		}
+		return nil
 	}
-	return runAll(ctx, rbfs)
+}
+
+// reconcileBinding returns the reconciliation of one bootstrap
+// (Cluster)RoleBinding.
+func (s *Server) reconcileBinding(ctx context.Context, b reconciliation.RoleBinding, r *resources.Resource) func() error {
+	return func() error {
+		o := reconciliation.ReconcileRoleBindingOptions{RoleBinding: b, Confirm: true, Client: bindings{s: s, ctx: ctx, r: r}}
+		if _, err := o.Run(); err != nil {
+			return fmt.Errorf("apiserver: reconcile %s %s: %w", r.Singular, path.Join(b.GetNamespace(), b.GetName()), err)
+		}
+		return nil
+	}
 }
 
 // bootstrapWriters bounds the bootstrap policy's concurrent reconciliations.
