@@ -26,6 +26,7 @@ import (
 
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/cache"
@@ -118,7 +119,14 @@ func (c *Controller) enqueueAggregated() {
 }
 
 func (c *Controller) syncFailed(name string, err error) {
-	c.logger.Warn("aggregating clusterrole failed; will retry", "clusterrole", name, "err", err)
+	lvl := slog.LevelWarn
+	if apierrors.IsConflict(err) {
+		// The role changed since it was read (at start-up the server
+		// reconciles the bootstrap roles while this runs): the retry reads
+		// the new version; nothing is wrong.
+		lvl = slog.LevelDebug
+	}
+	c.logger.Log(context.Background(), lvl, "aggregating clusterrole failed; will retry", "clusterrole", name, "err", err)
 }
 
 // sync sets the rules of one aggregated ClusterRole.

@@ -2,14 +2,19 @@ package clusterroleaggregation
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/everynode/everynode/client"
 	"github.com/everynode/everynode/client/fake"
@@ -103,4 +108,21 @@ func TestAggregation(t *testing.T) {
 		t.Fatalf("Run: %v", err)
 	}
 	checkLeaks()
+}
+
+// TestConflictIsNotAWarning: a conflict (the role changed since it was read,
+// as at every server start while the bootstrap roles are reconciled) is
+// retried without a warning; any other failure warns.
+func TestConflictIsNotAWarning(t *testing.T) {
+	var buf testkit.Buffer
+	c := &Controller{logger: slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn}))}
+	gr := schema.GroupResource{Group: rbacv1.GroupName, Resource: "clusterroles"}
+	c.syncFailed("edit", fmt.Errorf("update clusterrole edit: %w", apierrors.NewConflict(gr, "edit", errors.New("the object has been modified"))))
+	if buf.String() != "" {
+		t.Errorf("a conflict was logged as a warning: %s", buf.String())
+	}
+	c.syncFailed("edit", errors.New("connection refused"))
+	if !strings.Contains(buf.String(), "level=WARN") {
+		t.Errorf("another failure was not a warning: %q", buf.String())
+	}
 }
