@@ -2,13 +2,12 @@ package apiserver
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"path"
 	"slices"
-	"sync"
 
+	"golang.org/x/sync/errgroup"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/component-helpers/auth/rbac/reconciliation"
@@ -51,10 +50,10 @@ func (s *Server) EnsureBootstrapPolicy(ctx context.Context) error {
 			rbs = append(rbs, s.reconcileBinding(ctx, reconciliation.RoleBindingAdapter{RoleBinding: b.DeepCopy()}, resources.RoleBindings))
 		}
 	}
-	if err := runAll(ctx, crs); err != nil {
+	if err := runAll(crs); err != nil {
 		return err
 	}
-	if err := runAll(ctx, crbs); err != nil {
+	if err := runAll(crbs); err != nil {
 		return err
 	}
 	// As upstream's reconciliation, the namespaces of namespaced roles are
@@ -62,13 +61,13 @@ func (s *Server) EnsureBootstrapPolicy(ctx context.Context) error {
 	if err := s.EnsureNamespaces(ctx, slices.Sorted(maps.Keys(roles))...); err != nil {
 		return err
 	}
-	if err := runAll(ctx, rs); err != nil {
+	if err := runAll(rs); err != nil {
 		return err
 	}
 	if err := s.EnsureNamespaces(ctx, slices.Sorted(maps.Keys(nsBindings))...); err != nil {
 		return err
 	}
-	return runAll(ctx, rbs)
+	return runAll(rbs)
 }
 
 // reconcileRole returns the reconciliation of one bootstrap (Cluster)Role.
@@ -97,26 +96,15 @@ func (s *Server) reconcileBinding(ctx context.Context, b reconciliation.RoleBind
 // bootstrapWriters bounds the bootstrap policy's concurrent reconciliations.
 const bootstrapWriters = 16
 
-// runAll runs fns, bootstrapWriters at a time, and returns
-// once all have returned: their errors, joined.
-func runAll(ctx context.Context, fns []func() error) error {
-	errs := make([]error, len(fns))
-	sem := make(chan struct{}, bootstrapWriters)
-	var wg sync.WaitGroup
-	for i, fn := range fns {
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-			wg.Wait()
-			return ctx.Err()
-		}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			errs[i] = fn()
-		})
+// runAll runs fns, bootstrapWriters at a time, and returns the first error
+// once all have returned.
+func runAll(fns []func() error) error {
+	var g errgroup.Group
+	g.SetLimit(bootstrapWriters)
+	for _, fn := range fns {
+		g.Go(fn)
 	}
-	wg.Wait()
-	return errors.Join(slices.DeleteFunc(errs, func(err error) bool { return err == nil })...)
+	return g.Wait()
 }
 
 // ruleOwners is reconciliation's RuleOwnerModifier over the server's own
