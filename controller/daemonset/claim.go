@@ -55,11 +55,12 @@ func (m *refManager) canAdopt(ctx context.Context) error {
 // claim reports whether obj belongs to the DaemonSet, adopting a matching
 // orphan and releasing an owned object that no longer matches.
 func (m *refManager) claim(ctx context.Context, obj metav1.Object, r *resources.Resource, lbls map[string]string) (bool, error) {
+	ref := metav1.GetControllerOfNoCopy(obj)
+	if ref != nil && ref.UID != m.ds.UID {
+		return false, nil // another controller's: its selector is not ours to judge
+	}
 	match := m.sel.Matches(labels.Set(lbls))
-	if ref := metav1.GetControllerOfNoCopy(obj); ref != nil {
-		if ref.UID != m.ds.UID {
-			return false, nil
-		}
+	if ref != nil {
 		if match {
 			return true, nil
 		}

@@ -45,7 +45,11 @@ func isPodUpdated(pod *corev1.Pod, hash string, generation *int64) bool {
 	if hash != "" && pod.Labels[RevisionHashLabel] == hash {
 		return true
 	}
-	return generation != nil && pod.Labels[TemplateGenerationLabel] == strconv.FormatInt(*generation, 10)
+	if generation == nil {
+		return false
+	}
+	var buf [20]byte // the label compared with the generation's decimal form, without allocating it
+	return pod.Labels[TemplateGenerationLabel] == string(strconv.AppendInt(buf[:0], *generation, 10))
 }
 
 func podReadyCondition(pod *corev1.Pod) *corev1.PodCondition {

@@ -238,9 +238,10 @@ type progress struct {
 	now time.Time
 	// revision names the current ControllerRevision.
 	revision string
-	// lastAvailable is when the last updated pod became available (zero:
-	// none is available).
-	lastAvailable time.Time
+	// lastAvailable returns when the last updated pod became available
+	// (zero: none is available). It is a pass over every pod, so it is
+	// called only when a progress deadline is being judged.
+	lastAvailable func() time.Time
 }
 
 // rolloutCondition is the Progressing condition ds should carry (without
@@ -331,7 +332,7 @@ func exceededMessage(msg string, d time.Duration) string {
 // DeploymentTimedOut). The deadline passes at exactly since+d.
 func applyDeadline(prev, next *appsv1.DaemonSetCondition, d time.Duration, p progress) (*appsv1.DaemonSetCondition, time.Duration) {
 	if prev != nil && prev.Reason == rollout.ReasonProgressDeadlineExceeded && next != nil && moving(next.Reason) &&
-		prev.Message == exceededMessage(next.Message, d) && !p.lastAvailable.After(prev.LastTransitionTime.Time) {
+		prev.Message == exceededMessage(next.Message, d) && !p.lastAvailable().After(prev.LastTransitionTime.Time) {
 		return nil, 0 // still no progress; an updated pod becoming available ends it
 	}
 	eff := next
@@ -344,8 +345,8 @@ func applyDeadline(prev, next *appsv1.DaemonSetCondition, d time.Duration, p pro
 	since := p.now
 	if prev != nil && (next == nil || sameCondition(prev, next)) {
 		since = prev.LastTransitionTime.Time
-		if p.lastAvailable.After(since) {
-			since = p.lastAvailable
+		if last := p.lastAvailable(); last.After(since) {
+			since = last
 		}
 	}
 	deadline := since.Add(d)

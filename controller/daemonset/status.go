@@ -50,9 +50,12 @@ func computeStatus(ds *appsv1.DaemonSet, nodes []*corev1.Node, nodeToPods map[st
 			continue
 		}
 		s.current++
-		sorted := append([]*corev1.Pod(nil), pods...)
-		sortPodsOldestFirst(sorted)
-		pod := sorted[0]
+		pod := pods[0]
+		if len(pods) > 1 {
+			sorted := append([]*corev1.Pod(nil), pods...)
+			sortPodsOldestFirst(sorted)
+			pod = sorted[0]
+		}
 		if IsPodReady(pod) {
 			s.ready++
 			if IsPodAvailable(pod, ds.Spec.MinReadySeconds, now) {
@@ -169,7 +172,7 @@ func (c *Controller) updateDaemonSetStatus(ctx context.Context, ds *appsv1.Daemo
 	cond, requeue := rolloutCondition(ds, gate, s, done, target, progress{
 		now:           now,
 		revision:      c.revisionName(ds, hash),
-		lastAvailable: lastUpdatedAvailable(ds, nodeToPods, hash, now),
+		lastAvailable: func() time.Time { return lastUpdatedAvailable(ds, nodeToPods, hash, now) },
 	})
 	transitioned, err := storeStatus(ctx, c.client, ds, s, cond, now, updateObservedGen)
 	if err != nil {
