@@ -21,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/everynode/everynode/client"
+	"github.com/everynode/everynode/internal/testkit"
 )
 
 // browserPath finds headless Chromium (Debian's chromium-headless-shell or
@@ -83,7 +84,7 @@ func newBrowser(t *testing.T, c *cluster) *browser {
 	t.Cleanup(func() { cancel(); acancel() })
 	b.ctx = ctx
 	// The first action starts the browser: no timeout on its context.
-	if err := chromedp.Do(ctx, chromedp.Navigate(c.url+"/ui/")); err != nil {
+	if err := testkit.NavigateRetrying(5, func() error { return chromedp.Do(ctx, chromedp.Navigate(c.url+"/ui/")) }); err != nil {
 		t.Fatalf("browser: %v", err)
 	}
 	return b

@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -19,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/everynode/everynode/client"
+	"github.com/everynode/everynode/internal/testkit"
 	"github.com/everynode/everynode/resources"
 )
 
@@ -108,17 +108,8 @@ func BenchmarkDashboardRollout(b *testing.B) {
 	defer acancel()
 	bctx, bcancel := chromedp.NewContext(actx)
 	defer bcancel()
-	// Chromium fails a navigation with ERR_NETWORK_CHANGED when another
-	// program adds or removes a network interface (Docker does): retry.
-	for try := 1; ; try++ {
-		err := chromedp.Do(bctx, chromedp.Navigate(srv.url+"/ui/"))
-		if err == nil {
-			break
-		}
-		if try == 5 || !strings.Contains(err.Error(), "ERR_NETWORK_CHANGED") {
-			b.Fatal(err)
-		}
-		time.Sleep(time.Second)
+	if err := testkit.NavigateRetrying(5, func() error { return chromedp.Do(bctx, chromedp.Navigate(srv.url+"/ui/")) }); err != nil {
+		b.Fatal(err)
 	}
 	do := func(actions ...chromedp.Action[chromedp.Void]) {
 		tctx, tcancel := context.WithTimeout(bctx, 2*time.Minute)

@@ -167,3 +167,18 @@ func LeakCheck(t testing.TB, extra ...goleak.Option) func() {
 func VerifyTestMain(m *testing.M, extra ...goleak.Option) {
 	goleak.VerifyTestMain(m, LeakOptions(extra...)...)
 }
+
+// NavigateRetrying runs navigate, a headless browser's page load, again
+// while it fails with Chromium's ERR_NETWORK_CHANGED, at most tries times a
+// second apart: Chromium fails a navigation when another program adds or
+// removes a network interface, as Docker does for tests running beside
+// this one. Any other error, or the last one, is returned.
+func NavigateRetrying(tries int, navigate func() error) error {
+	for try := 1; ; try++ {
+		err := navigate()
+		if err == nil || try >= tries || !strings.Contains(err.Error(), "ERR_NETWORK_CHANGED") {
+			return err
+		}
+		time.Sleep(time.Second)
+	}
+}

@@ -143,3 +143,26 @@ type recorder struct {
 func (r *recorder) Error(...any)          { r.failed = true }
 func (r *recorder) Errorf(string, ...any) { r.failed = true }
 func (r *recorder) Helper()               {}
+
+func TestNavigateRetrying(t *testing.T) {
+	changed := errors.New("page load error net::ERR_NETWORK_CHANGED")
+	calls := 0
+	flaky := func() error {
+		if calls++; calls == 1 {
+			return changed
+		}
+		return nil
+	}
+	if err := NavigateRetrying(3, flaky); err != nil || calls != 2 {
+		t.Errorf("network change once: %v after %d calls, want success after 2", err, calls)
+	}
+	calls = 0
+	refused := errors.New("page load error net::ERR_CONNECTION_REFUSED")
+	if err := NavigateRetrying(3, func() error { calls++; return refused }); err != refused || calls != 1 {
+		t.Errorf("another error: %v after %d calls, want it after 1", err, calls)
+	}
+	calls = 0
+	if err := NavigateRetrying(2, func() error { calls++; return changed }); err != changed || calls != 2 {
+		t.Errorf("network changing throughout: %v after %d calls, want it after 2", err, calls)
+	}
+}
