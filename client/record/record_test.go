@@ -169,15 +169,7 @@ func TestSpamFilter(t *testing.T) {
 			rec.Event(obj, corev1.EventTypeWarning, "FailedDaemonPod", "Found failed daemon pod")
 		}
 	}
-	writes := func(name string) int { // creates and patches of its events
-		n := 0
-		for _, a := range fc.Actions() {
-			if a.Resource == "events" && (a.Verb == fake.VerbCreate || a.Verb == fake.VerbPatch) && strings.HasPrefix(a.Name, name+".") {
-				n++
-			}
-		}
-		return n
-	}
+	writes := func(name string) int { return writes(fc, fake.VerbCreate, name) + writes(fc, fake.VerbPatch, name) }
 	record(40, ds)
 	record(1, other)
 	barrier(t, rec, fc)
@@ -204,26 +196,98 @@ func TestSpamFilter(t *testing.T) {
 	}
 }
 
-// TestSinkErrors: an API Status reaches client-go unwrapped (it then gives
+// TestSinkErrors: an API Status reaches the writer unwrapped (it then gives
 // up on the event rather than retrying), other errors are wrapped.
 func TestSinkErrors(t *testing.T) {
 	fc := fake.New()
 	s := &sink{api: fc, timeout: time.Second}
-	s.start()
-	defer s.stop()
+	ctx := context.Background()
 	forbidden := apierrors.NewForbidden(schema.GroupResource{Resource: "events"}, "x", errors.New("no"))
 	fc.Fail(fake.VerbCreate, "events", fmt.Errorf("wrapped: %w", forbidden))
 	ev := &corev1.Event{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "e"}}
-	if _, err := s.Create(ev); err != forbidden { // the very error, unwrapped: client-go type-switches on it
+	if _, err := s.create(ctx, ev); err != forbidden { // the very error, unwrapped
 		t.Errorf("create: %v (%T), want the StatusError itself", err, err)
 	}
 	boom := errors.New("connection refused")
 	fc.Fail(fake.VerbCreate, "events", boom)
-	if _, err := s.Create(ev); !errors.Is(err, boom) {
+	if _, err := s.create(ctx, ev); !errors.Is(err, boom) {
 		t.Errorf("create: %v, want it to wrap %v", err, boom)
 	}
-	if _, err := s.Patch(ev, []byte(`{"count":2}`)); !apierrors.IsNotFound(err) {
+	if _, err := s.patch(ctx, ev, []byte(`{"count":2}`)); !apierrors.IsNotFound(err) {
 		t.Errorf("patch of a missing event: %v, want NotFound", err)
+	}
+}
+
+// writes counts the creates and patches of events about the object named
+// name.
+func writes(fc *fake.Client, verb, name string) int {
+	n := 0
+	for _, a := range fc.Actions() {
+		if a.Resource == "events" && a.Verb == verb && strings.HasPrefix(a.Name, name+".") {
+			n++
+		}
+	}
+	return n
+}
+
+// TestFailedWritesRetried: a write that fails for want of the API is tried
+// again, up to 12 times; one the API refuses is not.
+func TestFailedWritesRetried(t *testing.T) {
+	fc := fake.New()
+	b := NewBroadcaster(fc, Options{ResourceFor: resources.ForObject})
+	b.retrySleep = time.Millisecond
+	rec := b.NewRecorder(source)
+	b.Start()
+	defer b.Shutdown()
+
+	var failures atomic.Int32
+	fc.FailFunc(fake.VerbCreate, "events", func(a fake.Action) error {
+		switch {
+		case strings.HasPrefix(a.Name, "flaky.") && failures.Add(1) <= 3:
+			return errors.New("connection refused")
+		case strings.HasPrefix(a.Name, "down."):
+			return errors.New("connection refused")
+		case strings.HasPrefix(a.Name, "refused."):
+			return apierrors.NewForbidden(schema.GroupResource{Resource: "events"}, a.Name, errors.New("no"))
+		}
+		return nil
+	})
+	rec.Event(daemonSet("flaky"), corev1.EventTypeNormal, "R", "m")
+	rec.Event(daemonSet("down"), corev1.EventTypeNormal, "R", "m")
+	rec.Event(daemonSet("refused"), corev1.EventTypeNormal, "R", "m")
+	barrier(t, rec, fc)
+	if n := len(events(t, fc, "ns", "flaky")); n != 1 || failures.Load() != 4 {
+		t.Errorf("flaky API: %d events after %d tries, want 1 after 4", n, failures.Load())
+	}
+	if n := writes(fc, fake.VerbCreate, "down"); n != maxTriesPerEvent {
+		t.Errorf("API down: %d tries, want %d", n, maxTriesPerEvent)
+	}
+	if n := writes(fc, fake.VerbCreate, "refused"); n != 1 {
+		t.Errorf("refused by the API: %d tries, want 1", n)
+	}
+}
+
+// TestMissingEventCreatedAfresh: a further occurrence patches the earlier
+// Event; when that is gone (expired, deleted), it is created again with the
+// count so far.
+func TestMissingEventCreatedAfresh(t *testing.T) {
+	_, rec, fc := started(t, Options{})
+	ds := daemonSet("foo")
+	rec.Event(ds, corev1.EventTypeNormal, "R", "m")
+	rec.Event(ds, corev1.EventTypeNormal, "R", "m")
+	barrier(t, rec, fc)
+	evs := events(t, fc, "ns", "foo")
+	if len(evs) != 1 || evs[0].Count != 2 || writes(fc, fake.VerbPatch, "foo") != 1 {
+		t.Fatalf("events %+v after two occurrences, want one patched to count 2", evs)
+	}
+	if _, err := fc.Delete(context.Background(), resources.Events, "ns", evs[0].Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	rec.Event(ds, corev1.EventTypeNormal, "R", "m")
+	barrier(t, rec, fc)
+	evs = events(t, fc, "ns", "foo")
+	if len(evs) != 1 || evs[0].Count != 3 {
+		t.Fatalf("events %+v after the Event was deleted, want it created again with count 3", evs)
 	}
 }
 
@@ -278,8 +342,7 @@ func (h *hangingClient) Create(ctx context.Context, obj client.Object, opts clie
 	return nil, ctx.Err()
 }
 
-// TestShutdownLeavesNoGoroutine: Shutdown stops client-go's broadcaster and
-// sink goroutines, also with an API call hanging; Run stops when ctx ends.
+// TestShutdownLeavesNoGoroutine: Shutdown stops the writer goroutine, also with an API call hanging; Run stops when ctx ends.
 func TestShutdownLeavesNoGoroutine(t *testing.T) {
 	checkLeaks := testkit.LeakCheck(t)
 	hc := &hangingClient{Client: fake.New()}
@@ -312,7 +375,7 @@ func TestShutdownLeavesNoGoroutine(t *testing.T) {
 	checkLeaks()
 }
 
-// TestNothingLoggedAfterShutdown: client-go's sink goroutine, waiting to
+// TestNothingLoggedAfterShutdown: the writer goroutine, waiting to
 // retry a failed write when Shutdown comes, logs nothing once Shutdown has
 // returned (a test's logger may be gone by then).
 func TestNothingLoggedAfterShutdown(t *testing.T) {

@@ -115,6 +115,13 @@ var Rules = []Rule{
 		Transitive: true,
 	},
 	{
+		Name: "the lean agent binary links no client or codec it does not use: not client-go's REST client or event recorder, the strategic-merge machinery, OpenAPI models or protobuf (the agent speaks JSON through client/)",
+		From: Is(Module + "/cmd/everynode-agent"),
+		To: Any(Is("k8s.io/client-go/rest"), Is("k8s.io/client-go/tools/record"), Is("k8s.io/apimachinery/pkg/util/strategicpatch"),
+			Is("k8s.io/kube-openapi/pkg/util/proto"), Prefix("github.com/google/gnostic-models/"), Prefix("google.golang.org/protobuf/")),
+		Transitive: true,
+	},
+	{
 		Name: "the CLI starts servers through server/, it does not open the store",
 		From: Under("cmd"), To: Under("store"), Tests: true,
 	},

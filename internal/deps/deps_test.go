@@ -27,7 +27,8 @@ func TestRulesCatchViolations(t *testing.T) {
 		{ImportPath: m + "controller/leader", Imports: []string{EtcdEmbed}},
 		{ImportPath: m + "internal/bench", Imports: []string{m + "store"}},
 		{ImportPath: m + "cmd/everynode-agent", Deps: []string{m + "agent", m + "server", "go.etcd.io/etcd/server/v3/etcdserver", "k8s.io/kubernetes/pkg/apis/core", KubeletFormat,
-			m + "resources", "k8s.io/api/rbac/v1", "k8s.io/api/authentication/v1", "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"}},
+			m + "resources", "k8s.io/api/rbac/v1", "k8s.io/api/authentication/v1", "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1",
+			"k8s.io/client-go/rest/watch", "k8s.io/client-go/tools/record", "google.golang.org/protobuf/proto"}},
 	}
 	want := []string{
 		m + "agent imports " + EtcdEmbed,
@@ -38,6 +39,8 @@ func TestRulesCatchViolations(t *testing.T) {
 		m + "cmd/everynode-agent imports k8s.io/api/rbac/v1",
 		m + "cmd/everynode-agent imports k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1",
 		m + "cmd/everynode-agent imports k8s.io/kubernetes/pkg/apis/core",
+		m + "cmd/everynode-agent imports k8s.io/client-go/tools/record",
+		m + "cmd/everynode-agent imports google.golang.org/protobuf/proto",
 		m + "cmd/everynode imports " + m + "store", // the CLI rule
 		m + "cmd/everynode imports " + m + "store", // only server/ opens the store
 		m + "cmd/everynode/internal/cli imports " + m + "store",
