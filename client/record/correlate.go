@@ -155,7 +155,9 @@ func countPatch(ev *corev1.Event) []byte {
 		fields["lastTimestamp"] = json.RawMessage(ts)
 	}
 	if ev.Message != "" {
-		fields["message"] = ev.Message
+		// client-go's patch goes through JSON twice: each byte that is not
+		// UTF-8 becomes U+FFFD, written as itself, not escaped.
+		fields["message"] = strings.Map(func(r rune) rune { return r }, ev.Message)
 	}
 	b, _ := json.Marshal(fields) // a map of an int, a timestamp and a string
 	return b

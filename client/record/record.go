@@ -284,7 +284,10 @@ func (r *recorder) generate(obj runtime.Object, annotations map[string]string, e
 	select {
 	case b.queue <- ev:
 	default:
-		b.log.Error("Unable to record event: too many queued events, dropped event", "reason", reason, "object", objectKey(ev))
+		// Full while the API is unreachable and each queued event waits out
+		// its retries: logged at debug, or every further event would log an
+		// error (client-go drops these silently).
+		b.log.Debug("event dropped: too many queued events", "reason", reason, "object", objectKey(ev))
 	}
 }
 
@@ -321,6 +324,9 @@ func (w *writer) run(ctx context.Context, queue <-chan *corev1.Event) {
 // record writes one event, retrying up to maxTriesPerEvent times while
 // the failure is not the API's answer.
 func (w *writer) record(ctx context.Context, ev *corev1.Event) {
+	if ctx.Err() != nil {
+		return // shut down: what is still queued is dropped
+	}
 	c := w.corr.correlate(ev)
 	if c.skip {
 		return
