@@ -83,11 +83,35 @@ func newBrowser(t *testing.T, c *cluster) *browser {
 	}))
 	t.Cleanup(func() { cancel(); acancel() })
 	b.ctx = ctx
-	// The first action starts the browser: no timeout on its context.
-	if err := testkit.NavigateRetrying(5, func() error { return chromedp.Do(ctx, chromedp.Navigate(c.url+"/ui/")) }); err != nil {
+	// The page is loaded again while Chromium reports that the network
+	// changed (a Docker test beside this one adds an interface), in the
+	// navigation or in the requests of the page's scripts.
+	load := func() error {
+		b.mu.Lock()
+		b.failed = nil
+		b.mu.Unlock()
+		// The first action starts the browser: no timeout on its context.
+		if err := chromedp.Do(ctx, chromedp.Navigate(c.url+"/ui/")); err != nil {
+			return err
+		}
+		wctx, wcancel := context.WithTimeout(ctx, waitLong)
+		defer wcancel()
+		if err := chromedp.Do(wctx, chromedp.WaitVisible(chromedp.ID("token"))); err != nil {
+			return fmt.Errorf("the login form did not show: %w; requests that failed without an answer: %q", err, b.failedRequests())
+		}
+		return nil
+	}
+	if err := testkit.NavigateRetrying(5, load); err != nil {
 		t.Fatalf("browser: %v", err)
 	}
 	return b
+}
+
+// failedRequests is what failed without an answer so far.
+func (b *browser) failedRequests() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]string(nil), b.failed...)
 }
 
 func (b *browser) run(actions ...chromedp.Action[chromedp.Void]) {
@@ -96,7 +120,7 @@ func (b *browser) run(actions ...chromedp.Action[chromedp.Void]) {
 	defer cancel()
 	if err := chromedp.Do(ctx, actions...); err != nil {
 		page, _ := b.eval(`document.body.innerText.slice(0, 3000)`)
-		b.t.Fatalf("browser: %v; the page shows:\n%s", err, page)
+		b.t.Fatalf("browser: %v; requests that failed without an answer: %q; the page shows:\n%s", err, b.failedRequests(), page)
 	}
 }
 
