@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/everynode/everynode/internal/ctxtime"
 	"github.com/everynode/everynode/internal/testkit"
 	"github.com/everynode/everynode/resources"
 )
@@ -276,11 +277,11 @@ func TestFailedAuthSlowed(t *testing.T) {
 	var delays []time.Duration
 	l := newLive(t, func(s *Server) {
 		s.throttle.burst, s.throttle.every, s.throttle.maxDelay = 2, every, 5*time.Second
-		s.throttle.sleep = func(ctx context.Context, d time.Duration) {
+		s.throttle.sleep = func(ctx context.Context, d time.Duration) bool {
 			mu.Lock()
 			delays = append(delays, d)
 			mu.Unlock()
-			sleepCtx(ctx, d)
+			return ctxtime.Sleep(ctx, d)
 		}
 	}, func(c *Config) { c.Join = &JoinConfig{Secrets: joinSecrets{}} })
 	recorded := func() []time.Duration {

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"k8s.io/utils/lru"
+
+	"github.com/everynode/everynode/internal/ctxtime"
 )
 
 // Failed authentications from one source are slowed (docs/security.md
@@ -31,7 +33,7 @@ type failureThrottle struct {
 	maxDelay time.Duration
 	now      func() time.Time
 	// sleep waits d or until ctx ends.
-	sleep func(ctx context.Context, d time.Duration)
+	sleep func(ctx context.Context, d time.Duration) bool
 
 	mu      sync.Mutex
 	sources *lru.Cache // source string → time.Time
@@ -40,7 +42,7 @@ type failureThrottle struct {
 func newFailureThrottle() *failureThrottle {
 	return &failureThrottle{
 		burst: failureBurst, every: failureEvery, maxDelay: failureMaxDelay,
-		now: time.Now, sleep: sleepCtx, sources: lru.New(failureSources),
+		now: time.Now, sleep: ctxtime.Sleep, sources: lru.New(failureSources),
 	}
 }
 
@@ -94,13 +96,4 @@ func sourceOf(remoteAddr string) string {
 		}
 	}
 	return ip.String()
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
-	}
 }

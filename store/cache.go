@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/watch"
 
+	"github.com/everynode/everynode/internal/ctxtime"
 	"github.com/everynode/everynode/resources"
 )
 
@@ -205,12 +206,8 @@ func (c *cache) run(ctx context.Context) {
 			}
 		}
 		c.lg.Warn("watch cache's etcd watch failed, retrying", "err", err, "backoff", backoff)
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !ctxtime.Sleep(ctx, backoff) {
 			return
-		case <-t.C:
 		}
 		backoff = min(2*backoff, retryMax)
 	}

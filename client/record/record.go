@@ -56,6 +56,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/everynode/everynode/client"
+	"github.com/everynode/everynode/internal/ctxtime"
 	resources "github.com/everynode/everynode/resources/core"
 )
 
@@ -340,12 +341,8 @@ func (w *writer) record(ctx context.Context, ev *corev1.Event) {
 		if tries == 1 {
 			delay = time.Duration(float64(delay) * rand.Float64())
 		}
-		t := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !ctxtime.Sleep(ctx, delay) {
 			return
-		case <-t.C:
 		}
 	}
 }
