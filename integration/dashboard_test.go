@@ -88,9 +88,7 @@ func newBrowser(t *testing.T, c *cluster) *browser {
 	// changed (a Docker test beside this one adds an interface), in the
 	// navigation or in the requests of the page's scripts.
 	load := func() error {
-		b.mu.Lock()
-		b.failed = nil
-		b.mu.Unlock()
+		b.clearFailed()
 		// The first action starts the browser: no timeout on its context.
 		if err := chromedp.Do(ctx, chromedp.Navigate(c.url+"/ui/")); err != nil {
 			return err
@@ -106,6 +104,13 @@ func newBrowser(t *testing.T, c *cluster) *browser {
 		t.Fatalf("browser: %v", err)
 	}
 	return b
+}
+
+// clearFailed forgets the requests that failed so far.
+func (b *browser) clearFailed() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.failed = nil
 }
 
 // failedRequests is what failed without an answer so far.
@@ -161,9 +166,7 @@ func (b *browser) loginAs(token, who string) {
 		if s, _ := b.eval(whoText); strings.Contains(s, want) {
 			return nil // an earlier attempt's answer came after all
 		}
-		b.mu.Lock()
-		b.failed = nil
-		b.mu.Unlock()
+		b.clearFailed()
 		ctx, cancel := context.WithTimeout(b.ctx, waitLong)
 		defer cancel()
 		if err := chromedp.Do(ctx, chromedp.WaitVisible(chromedp.ID("token")),
