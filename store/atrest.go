@@ -44,8 +44,8 @@ type EncryptionKey struct {
 
 // EncryptionKeys is the key file's content, as the aesgcm provider's keys of
 // kube-apiserver's EncryptionConfiguration: the first key encrypts every
-// write; all of them decrypt. Values written before encryption (plaintext
-// JSON) stay readable.
+// write; all of them decrypt. Values written before encryption (plaintext)
+// stay readable.
 type EncryptionKeys struct {
 	Keys []EncryptionKey `json:"keys"`
 }
@@ -153,7 +153,7 @@ func writeKeyFile(path string, k *EncryptionKeys) error {
 }
 
 // atRest encrypts and decrypts the stored values of Secrets. A nil *atRest
-// (or one without a transformer) stores every value as plain JSON.
+// (or one without a transformer) stores every value in plaintext.
 type atRest struct {
 	path string
 	t    atomic.Pointer[value.Transformer]

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 
@@ -41,13 +40,15 @@ func TestCreateGetUpdateDelete(t *testing.T) {
 		t.Fatalf("Get = %+v", got)
 	}
 
-	// The value in etcd carries apiVersion/kind but no resourceVersion.
+	// The value in etcd is kube-apiserver's: protobuf in an envelope naming
+	// apiVersion and kind, without the resourceVersion.
 	raw, err := s.Client().Get(ctx, "/registry/pods/default/web")
 	if err != nil || len(raw.Kvs) != 1 {
 		t.Fatalf("raw get: %v", err)
 	}
-	if v := string(raw.Kvs[0].Value); !strings.Contains(v, `"kind":"Pod"`) || !strings.Contains(v, `"apiVersion":"v1"`) || strings.Contains(v, "resourceVersion") {
-		t.Errorf("stored value = %s", v)
+	if env, pod := storedProto(t, raw.Kvs[0].Value, &corev1.Pod{}); env.APIVersion != "v1" || env.Kind != "Pod" ||
+		pod.ResourceVersion != "" || pod.Spec.NodeName != "node-1" {
+		t.Errorf("stored value = %q", raw.Kvs[0].Value)
 	}
 
 	upd := got.(*corev1.Pod).DeepCopy()

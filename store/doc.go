@@ -1,5 +1,6 @@
-// Package store is everynode's object storage: Kubernetes API objects as JSON
-// in etcd, with one watch cache per resource.
+// Package store is everynode's object storage: Kubernetes API objects in
+// etcd, in kube-apiserver's protobuf storage format, with one watch cache per
+// resource.
 //
 // # Lifecycle
 //
@@ -22,7 +23,9 @@
 // # Storage
 //
 // Objects live under /registry/<resource>/<namespace>/<name> (cluster-scoped:
-// /registry/<resource>/<name>) as Kubernetes JSON with apiVersion and kind.
+// /registry/<resource>/<name>) as kube-apiserver stores them: "k8s\x00" and
+// a runtime.Unknown envelope (apiVersion, kind) around the object's protobuf;
+// JSON values an earlier version wrote are still read.
 // metadata.resourceVersion is not stored: it is the key's etcd mod revision,
 // set on every object the store returns. The store neither defaults nor
 // validates objects beyond their key; that is the API server's job.

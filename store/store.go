@@ -50,7 +50,7 @@ type Config struct {
 	// under which Secrets are encrypted in etcd with AES-GCM, as
 	// kube-apiserver's EncryptionConfiguration does; it is created with a
 	// new key when missing and etcd holds no encrypted Secret. Empty stores
-	// Secrets as plain JSON.
+	// Secrets in plaintext.
 	EncryptionKeyFile string
 
 	// Peer, when set, makes the embedded etcd a member of a cluster of

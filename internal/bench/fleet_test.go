@@ -91,6 +91,7 @@ func TestRunSmallFleet(t *testing.T) {
 		{"ratio > 0", res.Ratio > 0},
 		{"one pod create per node", res.Writes.PodCreates == nodes},
 		{"pod status updates seen", res.Writes.PodUpdates >= nodes},
+		{"the controller's events counted by reason", res.Writes.EventReasons["SuccessfulCreate"] > 0},
 		{"rollout_s > 0", res.RolloutS > 0},
 		{"detect_s > 0", res.DetectS > 0},
 		{"detect_member_s > 0", res.DetectMemberS > 0},

@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -19,6 +18,7 @@ import (
 	"github.com/everynode/everynode/client"
 	"github.com/everynode/everynode/gossip"
 	"github.com/everynode/everynode/resources"
+	"github.com/everynode/everynode/store"
 )
 
 // registryPrefix is where the store keeps objects in etcd; floorPrefix is
@@ -167,10 +167,8 @@ func collectWrites(ctx context.Context, etcd *clientv3.Client, from, to int64) (
 			res, _, _ := strings.Cut(strings.TrimPrefix(key, registryPrefix), "/")
 			ws.ByResource[res]++
 			if res == "events" {
-				var e struct {
-					Reason string `json:"reason"`
-				}
-				if err := json.Unmarshal(ev.Kv.Value, &e); err == nil {
+				obj, _ := store.DecodeValue(resources.Events, ev.Kv.Value)
+				if e, ok := obj.(*corev1.Event); ok {
 					r := e.Reason
 					if !w.create {
 						r = "+" + r
