@@ -77,7 +77,7 @@ func TestTablePerResource(t *testing.T) {
 		ObjectMeta:     metav1.ObjectMeta{Name: "agent.1"},
 		InvolvedObject: corev1.ObjectReference{Kind: "DaemonSet", Name: "agent", Namespace: "default"},
 		Reason:         "SuccessfulCreate", Type: "Normal", Message: "Created pod: agent-x",
-		Source:         corev1.EventSource{Component: "daemonset-controller"},
+		Source: corev1.EventSource{Component: "daemonset-controller"},
 		// Half an hour ago prints as "30m" for a whole minute: a timestamp of now
 		// printed as "1s" when the second turned between the create and the GET.
 		FirstTimestamp: metav1.NewTime(time.Now().Add(-time.Hour)), LastTimestamp: metav1.NewTime(time.Now().Add(-30 * time.Minute)), Count: 2,
