@@ -38,33 +38,39 @@ var (
 		ShortNames: []string{"ds"}, Categories: []string{"all"}, Subresources: []string{"status"},
 		New:     func() Object { return &appsv1.DaemonSet{} },
 		NewList: func() runtime.Object { return &appsv1.DaemonSetList{} },
+		Proto:   core.ProtoCodecOf[appsv1.DaemonSet, appsv1.DaemonSetList](),
 	}
 	ControllerRevisions = &Resource{
 		Name: "controllerrevisions", Singular: "controllerrevision", Group: "apps", Version: "v1",
 		Kind: "ControllerRevision", Namespaced: true,
 		New:     func() Object { return &appsv1.ControllerRevision{} },
 		NewList: func() runtime.Object { return &appsv1.ControllerRevisionList{} },
+		Proto:   core.ProtoCodecOf[appsv1.ControllerRevision, appsv1.ControllerRevisionList](),
 	}
 	// The rbac.authorization.k8s.io kinds (docs/rbac.md).
 	Roles = &Resource{
 		Name: "roles", Singular: "role", Group: rbacv1.GroupName, Version: "v1", Kind: "Role", Namespaced: true,
 		New:     func() Object { return &rbacv1.Role{} },
 		NewList: func() runtime.Object { return &rbacv1.RoleList{} },
+		Proto:   core.ProtoCodecOf[rbacv1.Role, rbacv1.RoleList](),
 	}
 	RoleBindings = &Resource{
 		Name: "rolebindings", Singular: "rolebinding", Group: rbacv1.GroupName, Version: "v1", Kind: "RoleBinding", Namespaced: true,
 		New:     func() Object { return &rbacv1.RoleBinding{} },
 		NewList: func() runtime.Object { return &rbacv1.RoleBindingList{} },
+		Proto:   core.ProtoCodecOf[rbacv1.RoleBinding, rbacv1.RoleBindingList](),
 	}
 	ClusterRoles = &Resource{
 		Name: "clusterroles", Singular: "clusterrole", Group: rbacv1.GroupName, Version: "v1", Kind: "ClusterRole",
 		New:     func() Object { return &rbacv1.ClusterRole{} },
 		NewList: func() runtime.Object { return &rbacv1.ClusterRoleList{} },
+		Proto:   core.ProtoCodecOf[rbacv1.ClusterRole, rbacv1.ClusterRoleList](),
 	}
 	ClusterRoleBindings = &Resource{
 		Name: "clusterrolebindings", Singular: "clusterrolebinding", Group: rbacv1.GroupName, Version: "v1", Kind: "ClusterRoleBinding",
 		New:     func() Object { return &rbacv1.ClusterRoleBinding{} },
 		NewList: func() runtime.Object { return &rbacv1.ClusterRoleBindingList{} },
+		Proto:   core.ProtoCodecOf[rbacv1.ClusterRoleBinding, rbacv1.ClusterRoleBindingList](),
 	}
 )
 

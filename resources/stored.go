@@ -12,6 +12,8 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/everynode/everynode/resources/core"
 )
 
 // PriorityClasses are scheduling.k8s.io/v1 PriorityClasses: validated and
@@ -21,6 +23,7 @@ var PriorityClasses = &Resource{
 	Kind: "PriorityClass", ShortNames: []string{"pc"},
 	New:     func() Object { return &schedulingv1.PriorityClass{} },
 	NewList: func() runtime.Object { return &schedulingv1.PriorityClassList{} },
+	Proto:   core.ProtoCodecOf[schedulingv1.PriorityClass, schedulingv1.PriorityClassList](),
 }
 
 // The kinds that published manifests bundle and that everynode stores and
@@ -32,47 +35,55 @@ var (
 		ShortNames: []string{"svc"}, Categories: []string{"all"}, Subresources: []string{"status"},
 		New:     func() Object { return &corev1.Service{} },
 		NewList: func() runtime.Object { return &corev1.ServiceList{} },
+		Proto:   core.ProtoCodecOf[corev1.Service, corev1.ServiceList](),
 	}
 	Endpoints = &Resource{
 		Name: "endpoints", Singular: "endpoints", Version: "v1", Kind: "Endpoints", Namespaced: true,
 		ShortNames: []string{"ep"},
 		New:        func() Object { return &corev1.Endpoints{} },
 		NewList:    func() runtime.Object { return &corev1.EndpointsList{} },
+		Proto:      core.ProtoCodecOf[corev1.Endpoints, corev1.EndpointsList](),
 	}
 	EndpointSlices = &Resource{
 		Name: "endpointslices", Singular: "endpointslice", Group: "discovery.k8s.io", Version: "v1",
 		Kind: "EndpointSlice", Namespaced: true,
 		New:     func() Object { return &discoveryv1.EndpointSlice{} },
 		NewList: func() runtime.Object { return &discoveryv1.EndpointSliceList{} },
+		Proto:   core.ProtoCodecOf[discoveryv1.EndpointSlice, discoveryv1.EndpointSliceList](),
 	}
 	NetworkPolicies = &Resource{
 		Name: "networkpolicies", Singular: "networkpolicy", Group: "networking.k8s.io", Version: "v1",
 		Kind: "NetworkPolicy", Namespaced: true, ShortNames: []string{"netpol"},
 		New:     func() Object { return &networkingv1.NetworkPolicy{} },
 		NewList: func() runtime.Object { return &networkingv1.NetworkPolicyList{} },
+		Proto:   core.ProtoCodecOf[networkingv1.NetworkPolicy, networkingv1.NetworkPolicyList](),
 	}
 	PodDisruptionBudgets = &Resource{
 		Name: "poddisruptionbudgets", Singular: "poddisruptionbudget", Group: "policy", Version: "v1",
 		Kind: "PodDisruptionBudget", Namespaced: true, ShortNames: []string{"pdb"}, Subresources: []string{"status"},
 		New:     func() Object { return &policyv1.PodDisruptionBudget{} },
 		NewList: func() runtime.Object { return &policyv1.PodDisruptionBudgetList{} },
+		Proto:   core.ProtoCodecOf[policyv1.PodDisruptionBudget, policyv1.PodDisruptionBudgetList](),
 	}
 	Deployments = &Resource{
 		Name: "deployments", Singular: "deployment", Group: "apps", Version: "v1", Kind: "Deployment", Namespaced: true,
 		ShortNames: []string{"deploy"}, Categories: []string{"all"}, Subresources: []string{"status"},
 		New:     func() Object { return &appsv1.Deployment{} },
 		NewList: func() runtime.Object { return &appsv1.DeploymentList{} },
+		Proto:   core.ProtoCodecOf[appsv1.Deployment, appsv1.DeploymentList](),
 	}
 	StorageClasses = &Resource{
 		Name: "storageclasses", Singular: "storageclass", Group: "storage.k8s.io", Version: "v1",
 		Kind: "StorageClass", ShortNames: []string{"sc"},
 		New:     func() Object { return &storagev1.StorageClass{} },
 		NewList: func() runtime.Object { return &storagev1.StorageClassList{} },
+		Proto:   core.ProtoCodecOf[storagev1.StorageClass, storagev1.StorageClassList](),
 	}
 	CSIDrivers = &Resource{
 		Name: "csidrivers", Singular: "csidriver", Group: "storage.k8s.io", Version: "v1", Kind: "CSIDriver",
 		New:     func() Object { return &storagev1.CSIDriver{} },
 		NewList: func() runtime.Object { return &storagev1.CSIDriverList{} },
+		Proto:   core.ProtoCodecOf[storagev1.CSIDriver, storagev1.CSIDriverList](),
 	}
 	CustomResourceDefinitions = &Resource{
 		Name: "customresourcedefinitions", Singular: "customresourcedefinition", Group: "apiextensions.k8s.io",
@@ -80,6 +91,7 @@ var (
 		Categories: []string{"api-extensions"}, Subresources: []string{"status"},
 		New:     func() Object { return &apiextensionsv1.CustomResourceDefinition{} },
 		NewList: func() runtime.Object { return &apiextensionsv1.CustomResourceDefinitionList{} },
+		Proto:   core.ProtoCodecOf[apiextensionsv1.CustomResourceDefinition, apiextensionsv1.CustomResourceDefinitionList](),
 	}
 	ValidatingWebhookConfigurations = &Resource{
 		Name: "validatingwebhookconfigurations", Singular: "validatingwebhookconfiguration",
@@ -87,6 +99,7 @@ var (
 		Categories: []string{"api-extensions"},
 		New:        func() Object { return &admissionregistrationv1.ValidatingWebhookConfiguration{} },
 		NewList:    func() runtime.Object { return &admissionregistrationv1.ValidatingWebhookConfigurationList{} },
+		Proto:      core.ProtoCodecOf[admissionregistrationv1.ValidatingWebhookConfiguration, admissionregistrationv1.ValidatingWebhookConfigurationList](),
 	}
 	MutatingWebhookConfigurations = &Resource{
 		Name: "mutatingwebhookconfigurations", Singular: "mutatingwebhookconfiguration",
@@ -94,6 +107,7 @@ var (
 		Categories: []string{"api-extensions"},
 		New:        func() Object { return &admissionregistrationv1.MutatingWebhookConfiguration{} },
 		NewList:    func() runtime.Object { return &admissionregistrationv1.MutatingWebhookConfigurationList{} },
+		Proto:      core.ProtoCodecOf[admissionregistrationv1.MutatingWebhookConfiguration, admissionregistrationv1.MutatingWebhookConfigurationList](),
 	}
 )
 

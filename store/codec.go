@@ -9,7 +9,7 @@ import (
 	"strings"
 
 	"github.com/everynode/everynode/resources"
-	"k8s.io/apimachinery/pkg/runtime"
+	"github.com/everynode/everynode/resources/core"
 )
 
 // keyRoot is the etcd key prefix of every stored object, as in Kubernetes.
@@ -55,14 +55,7 @@ func checkSegment(s string) error {
 // protobuf encoding) after these four bytes. Values that start with '{'
 // are the JSON earlier versions wrote, still read; an object is rewritten
 // as protobuf at its next write.
-const protoMagic = "k8s\x00"
-
-// protoObject is what the API types generate for protobuf (k8s.io/api's
-// generated.pb.go): every stored kind has it.
-type protoObject interface {
-	runtime.ProtobufMarshaller
-	Unmarshal([]byte) error
-}
+const protoMagic = core.ProtoMagic
 
 // encode returns the value stored for obj: a copy with apiVersion and kind
 // set and resourceVersion cleared (the revision lives in etcd, not in the
@@ -78,8 +71,8 @@ func encode(r *resources.Resource, obj resources.Object) ([]byte, resources.Obje
 	cp.SetResourceVersion("")
 	var data []byte
 	var err error
-	if p, ok := cp.(protoObject); ok {
-		data, err = encodeProto(r, p)
+	if r.HasProto() {
+		data, err = r.EncodeProto(cp)
 	} else {
 		data, err = json.Marshal(cp)
 	}
@@ -89,57 +82,23 @@ func encode(r *resources.Resource, obj resources.Object) ([]byte, resources.Obje
 	return data, cp, nil
 }
 
-// encodeProto writes protoMagic, the envelope and obj's protobuf into one
-// buffer, as kube-apiserver's protobuf serializer does.
-func encodeProto(r *resources.Resource, obj protoObject) ([]byte, error) {
-	env := runtime.Unknown{TypeMeta: runtime.TypeMeta{APIVersion: r.APIVersion(), Kind: r.Kind}}
-	size := uint64(obj.Size())
-	// The envelope's fields, Raw's tag and its length's varint (at most 10 bytes).
-	buf := make([]byte, len(protoMagic)+env.Size()+1+10+int(size))
-	copy(buf, protoMagic)
-	n, err := env.NestedMarshalTo(buf[len(protoMagic):], obj, size)
-	if err != nil {
-		return nil, err
-	}
-	return buf[:len(protoMagic)+n], nil
-}
-
 // decode parses a stored value (protobuf in its envelope, or JSON) into a
 // new typed object carrying rev as its resourceVersion.
 func decode(r *resources.Resource, data []byte, rev int64) (resources.Object, error) {
-	obj := r.New()
-	if raw, ok := bytes.CutPrefix(data, []byte(protoMagic)); ok {
-		if err := decodeProto(r, raw, obj); err != nil {
-			return nil, fmt.Errorf("decode %s: %w", r.Name, err)
-		}
-	} else if err := json.Unmarshal(data, obj); err != nil {
+	var obj resources.Object
+	var err error
+	if bytes.HasPrefix(data, []byte(protoMagic)) {
+		obj, err = r.DecodeProto(data)
+	} else {
+		obj = r.New()
+		err = json.Unmarshal(data, obj)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("decode %s: %w", r.Name, err)
 	}
 	r.SetTypeMeta(obj)
 	obj.SetResourceVersion(formatRV(rev))
 	return obj, nil
-}
-
-func decodeProto(r *resources.Resource, data []byte, obj resources.Object) error {
-	p, ok := obj.(protoObject)
-	if !ok {
-		return fmt.Errorf("%T has no protobuf encoding", obj)
-	}
-	var env runtime.Unknown
-	if err := env.Unmarshal(data); err != nil {
-		return fmt.Errorf("protobuf envelope: %w", err)
-	}
-	if env.Kind != r.Kind || env.APIVersion != r.APIVersion() {
-		return fmt.Errorf("stored as %s %s, not %s %s", env.APIVersion, env.Kind, r.APIVersion(), r.Kind)
-	}
-	return p.Unmarshal(env.Raw)
-}
-
-// DecodeValue decodes a plaintext value the store wrote under r's prefix (a
-// value encrypted at rest does not decode): for tools that read etcd's
-// history, such as the fleet benchmark's count of Events by reason.
-func DecodeValue(r *resources.Resource, data []byte) (resources.Object, error) {
-	return decode(r, data, 0)
 }
 
 // formatRV renders a revision as a resourceVersion string.

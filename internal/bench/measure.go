@@ -18,7 +18,6 @@ import (
 	"github.com/everynode/everynode/client"
 	"github.com/everynode/everynode/gossip"
 	"github.com/everynode/everynode/resources"
-	"github.com/everynode/everynode/store"
 )
 
 // registryPrefix is where the store keeps objects in etcd; floorPrefix is
@@ -167,7 +166,8 @@ func collectWrites(ctx context.Context, etcd *clientv3.Client, from, to int64) (
 			res, _, _ := strings.Cut(strings.TrimPrefix(key, registryPrefix), "/")
 			ws.ByResource[res]++
 			if res == "events" {
-				obj, _ := store.DecodeValue(resources.Events, ev.Kv.Value)
+				// The store writes Kubernetes' protobuf (docs/api.md, "Storage").
+				obj, _ := resources.Events.DecodeProto(ev.Kv.Value)
 				if e, ok := obj.(*corev1.Event); ok {
 					r := e.Reason
 					if !w.create {

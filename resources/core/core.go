@@ -45,6 +45,10 @@ type Resource struct {
 	New func() Object
 	// NewList returns an empty list of this resource's Go type.
 	NewList func() runtime.Object
+	// Proto encodes and decodes objects and lists in Kubernetes' protobuf
+	// (ProtoCodecOf the Go types of New and NewList); nil for a kind
+	// without protobuf.
+	Proto *ProtoCodec
 }
 
 // GroupVersion returns the resource's group and version.
@@ -80,41 +84,48 @@ var (
 		ShortNames: []string{"ns"}, Subresources: []string{"status"},
 		New:     func() Object { return &corev1.Namespace{} },
 		NewList: func() runtime.Object { return &corev1.NamespaceList{} },
+		Proto:   ProtoCodecOf[corev1.Namespace, corev1.NamespaceList](),
 	}
 	Nodes = &Resource{
 		Name: "nodes", Singular: "node", Version: "v1", Kind: "Node",
 		ShortNames: []string{"no"}, Subresources: []string{"status"},
 		New:     func() Object { return &corev1.Node{} },
 		NewList: func() runtime.Object { return &corev1.NodeList{} },
+		Proto:   ProtoCodecOf[corev1.Node, corev1.NodeList](),
 	}
 	Pods = &Resource{
 		Name: "pods", Singular: "pod", Version: "v1", Kind: "Pod", Namespaced: true,
 		ShortNames: []string{"po"}, Categories: []string{"all"}, Subresources: []string{"status", "log"},
 		New:     func() Object { return &corev1.Pod{} },
 		NewList: func() runtime.Object { return &corev1.PodList{} },
+		Proto:   ProtoCodecOf[corev1.Pod, corev1.PodList](),
 	}
 	Events = &Resource{
 		Name: "events", Singular: "event", Version: "v1", Kind: "Event", Namespaced: true,
 		ShortNames: []string{"ev"},
 		New:        func() Object { return &corev1.Event{} },
 		NewList:    func() runtime.Object { return &corev1.EventList{} },
+		Proto:      ProtoCodecOf[corev1.Event, corev1.EventList](),
 	}
 	ConfigMaps = &Resource{
 		Name: "configmaps", Singular: "configmap", Version: "v1", Kind: "ConfigMap", Namespaced: true,
 		ShortNames: []string{"cm"},
 		New:        func() Object { return &corev1.ConfigMap{} },
 		NewList:    func() runtime.Object { return &corev1.ConfigMapList{} },
+		Proto:      ProtoCodecOf[corev1.ConfigMap, corev1.ConfigMapList](),
 	}
 	Secrets = &Resource{
 		Name: "secrets", Singular: "secret", Version: "v1", Kind: "Secret", Namespaced: true,
 		New:     func() Object { return &corev1.Secret{} },
 		NewList: func() runtime.Object { return &corev1.SecretList{} },
+		Proto:   ProtoCodecOf[corev1.Secret, corev1.SecretList](),
 	}
 	ServiceAccounts = &Resource{
 		Name: "serviceaccounts", Singular: "serviceaccount", Version: "v1", Kind: "ServiceAccount", Namespaced: true,
 		ShortNames: []string{"sa"},
 		New:        func() Object { return &corev1.ServiceAccount{} },
 		NewList:    func() runtime.Object { return &corev1.ServiceAccountList{} },
+		Proto:      ProtoCodecOf[corev1.ServiceAccount, corev1.ServiceAccountList](),
 	}
 )
 
