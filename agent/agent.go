@@ -221,7 +221,7 @@ func Start(ctx context.Context, cfg Config) (_ *Agent, err error) {
 	pingAfter, pingTimeout := cfg.Gossip.APIPing()
 	if a.api, err = client.NewHTTP(client.Config{Server: cfg.Server, CAPEM: []byte(creds.CAPEM), Token: creds.NodeToken,
 		UserAgent: cfg.UserAgent, Logger: log.With("component", "client"), Servers: servers, Down: down,
-		PingAfter: pingAfter, PingTimeout: pingTimeout}); err != nil {
+		PingAfter: pingAfter, PingTimeout: pingTimeout, Protobuf: true}); err != nil {
 		return nil, err
 	}
 	nodeOpts := cfg.Node

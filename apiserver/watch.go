@@ -282,6 +282,9 @@ func (s *Server) serveWatch(w http.ResponseWriter, req *http.Request, c call) er
 	}
 	if !out.isJSON() {
 		encode = s.wire.streamEvents(w, out)
+		if s.watchEnc != nil && !asTable && out.info.MediaType == runtime.ContentTypeProtobuf {
+			encode = sharedProtoEvents(w, s.watchEnc, out.info.Serializer, encode)
+		}
 	}
 	// The stream is written from this goroutine: no goroutine per watch
 	// besides the request's own.
@@ -327,6 +330,26 @@ func sharedJSONEvents(w io.Writer, enc *watchEncodings) func(watch.EventType, ru
 		b, err := enc.encode(t, obj)
 		if err != nil {
 			return err
+		}
+		_, err = w.Write(b)
+		return err
+	}
+}
+
+// sharedProtoEvents writes events as protobuf frames, as streamEvents does
+// (own, which also writes bookmarks and errors: objects of their own
+// stream), with the frames of live events shared between streams (see
+// watchEncodings).
+func sharedProtoEvents(w io.Writer, enc *watchEncodings, s runtime.Encoder, own func(watch.EventType, runtime.Object) error) func(watch.EventType, runtime.Object) error {
+	return func(t watch.EventType, obj runtime.Object) error {
+		switch t {
+		case watch.Added, watch.Modified, watch.Deleted:
+		default:
+			return own(t, obj)
+		}
+		b, err := enc.encodeFrame(t, obj, s)
+		if err != nil {
+			return fmt.Errorf("encode %s event: %w", t, err)
 		}
 		_, err = w.Write(b)
 		return err

@@ -3,11 +3,13 @@ package apiserver
 import (
 	"bytes"
 	"encoding/json"
+	"net/http/httptest"
 	"sync"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 )
 
@@ -83,5 +85,42 @@ func TestSharedJSONEventsWritesWhatJSONEventsWrites(t *testing.T) {
 	}
 	if got.String() != want.String() {
 		t.Errorf("shared encoding wrote\n%s\nwant\n%s", got.String(), want.String())
+	}
+}
+
+// TestSharedProtoEventsWritesWhatStreamEventsWrites: a protobuf watch
+// stream's shared frames are the bytes the stream serializer writes, for a
+// stream that encoded them and for one that found them encoded.
+func TestSharedProtoEventsWritesWhatStreamEventsWrites(t *testing.T) {
+	e := newEnv(t)
+	req := httptest.NewRequest("GET", podsPath+"?watch=true", nil)
+	req.Header.Set("Accept", "application/vnd.kubernetes.protobuf")
+	out, err := e.s.wire.negotiateStream(req, resourceRestrictions{})
+	if err != nil || out.info.MediaType != "application/vnd.kubernetes.protobuf" {
+		t.Fatalf("negotiated %q: %v", out.info.MediaType, err)
+	}
+	svc := &corev1.Service{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
+		ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "default", ResourceVersion: "7"}}
+	bm := &corev1.Service{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
+		ObjectMeta: metav1.ObjectMeta{ResourceVersion: "9"}}
+	evs := []watch.Event{{Type: watch.Added, Object: svc}, {Type: watch.Modified, Object: svc},
+		{Type: watch.Bookmark, Object: bm}, {Type: watch.Deleted, Object: svc}}
+	var want, first, second bytes.Buffer
+	enc := newWatchEncodings(watchEncodingsSize)
+	plain := e.s.wire.streamEvents(&want, out)
+	a := sharedProtoEvents(&first, enc, out.info.Serializer, e.s.wire.streamEvents(&first, out))
+	b := sharedProtoEvents(&second, enc, out.info.Serializer, e.s.wire.streamEvents(&second, out))
+	for _, ev := range evs {
+		for _, write := range []func(watch.EventType, runtime.Object) error{plain, a, b} {
+			if err := write(ev.Type, ev.Object); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if want.Len() == 0 || !bytes.Equal(first.Bytes(), want.Bytes()) || !bytes.Equal(second.Bytes(), want.Bytes()) {
+		t.Errorf("shared frames\n%q\n%q\nwant\n%q", first.Bytes(), second.Bytes(), want.Bytes())
+	}
+	if len(enc.entries) != 3 {
+		t.Errorf("%d shared frames, want 3 (ADDED, MODIFIED, DELETED)", len(enc.entries))
 	}
 }

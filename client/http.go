@@ -71,6 +71,12 @@ type Config struct {
 	// resources.ForObject to write any served kind. (The default keeps the
 	// rest of the resource table out of the lean agent's binary.)
 	ResourceFor func(runtime.Object) *resources.Resource
+	// Protobuf, when set, sends objects and asks for them (watches too) in
+	// Kubernetes' protobuf encoding (application/vnd.kubernetes.protobuf),
+	// as the kubelet does; answers in JSON are still read. Off, everything
+	// is JSON. Protobuf decodes about six times faster and is about 40 %
+	// smaller: the node agent uses it.
+	Protobuf bool
 }
 
 // failoverDialTimeout bounds connecting to a server when Config.Servers
@@ -99,6 +105,10 @@ const (
 // enough for a busy embedded etcd, short enough that a dead server is reported.
 const DefaultTimeout = 30 * time.Second
 
+// acceptProtobuf is the Accept of a Protobuf client's object requests:
+// protobuf, else JSON (for kinds or answers the server has no protobuf for).
+const acceptProtobuf = runtime.ContentTypeProtobuf + ", " + runtime.ContentTypeJSON
+
 // maxErrorBody caps how much of a non-Status error body is quoted in messages.
 const maxErrorBody = 512
 
@@ -115,6 +125,8 @@ type HTTP struct {
 	kindOf  func(runtime.Object) *resources.Resource
 	// coreOnly is set when kindOf is the default, core/v1 alone.
 	coreOnly bool
+	// proto is Config.Protobuf.
+	proto bool
 }
 
 var _ Interface = (*HTTP)(nil)
@@ -153,6 +165,7 @@ func NewHTTP(cfg Config) (*HTTP, error) {
 		hc:      &http.Client{Transport: tr},
 		watch:   newWatchCodec(),
 		kindOf:  cfg.ResourceFor,
+		proto:   cfg.Protobuf,
 	}
 	if h.kindOf == nil {
 		h.kindOf, h.coreOnly = resources.ForObject, true
@@ -239,11 +252,11 @@ func Path(r *resources.Resource, namespace, name, subresource string) string {
 
 // Get implements Interface.
 func (h *HTTP) Get(ctx context.Context, r *resources.Resource, namespace, name string) (Object, error) {
-	body, err := h.do(ctx, http.MethodGet, Path(r, namespace, name, ""), nil, "", nil)
+	body, ct, err := h.doObject(ctx, r, http.MethodGet, Path(r, namespace, name, ""), nil, "", nil)
 	if err != nil {
 		return nil, err
 	}
-	return decodeObject(r, body)
+	return decodeObject(r, body, ct)
 }
 
 // List implements Interface.
@@ -255,12 +268,18 @@ func (h *HTTP) List(ctx context.Context, r *resources.Resource, namespace string
 	if opts.FieldSelector != "" {
 		q.Set("fieldSelector", opts.FieldSelector)
 	}
-	body, err := h.do(ctx, http.MethodGet, Path(r, namespace, "", ""), q, "", nil)
+	body, ct, err := h.doObject(ctx, r, http.MethodGet, Path(r, namespace, "", ""), q, "", nil)
 	if err != nil {
 		return nil, "", err
 	}
-	list := r.NewList()
-	if err := json.Unmarshal(body, list); err != nil {
+	var list runtime.Object
+	if isProtobuf(ct) {
+		list, err = r.DecodeProtoList(body)
+	} else {
+		list = r.NewList()
+		err = json.Unmarshal(body, list)
+	}
+	if err != nil {
 		return nil, "", fmt.Errorf("client: decode %s list: %w", r.Name, err)
 	}
 	items, err := meta.ExtractList(list)
@@ -286,15 +305,15 @@ func (h *HTTP) List(ctx context.Context, r *resources.Resource, namespace string
 // Create implements Interface. A namespaced object without a namespace goes
 // to "default", as with kubectl.
 func (h *HTTP) Create(ctx context.Context, obj Object, opts WriteOptions) (Object, error) {
-	r, data, err := h.encodeObject(obj)
+	r, data, ct, err := h.encodeObject(obj)
 	if err != nil {
 		return nil, err
 	}
-	body, err := h.do(ctx, http.MethodPost, Path(r, namespaceOf(r, obj), "", ""), opts.query(), "application/json", data)
+	body, ct, err := h.doObject(ctx, r, http.MethodPost, Path(r, namespaceOf(r, obj), "", ""), opts.query(), ct, data)
 	if err != nil {
 		return nil, err
 	}
-	return decodeObject(r, body)
+	return decodeObject(r, body, ct)
 }
 
 // Update implements Interface.
@@ -308,27 +327,27 @@ func (h *HTTP) UpdateStatus(ctx context.Context, obj Object, opts WriteOptions) 
 }
 
 func (h *HTTP) put(ctx context.Context, obj Object, opts WriteOptions, sub string) (Object, error) {
-	r, data, err := h.encodeObject(obj)
+	r, data, ct, err := h.encodeObject(obj)
 	if err != nil {
 		return nil, err
 	}
 	if obj.GetName() == "" {
 		return nil, apierrors.NewBadRequest("client: update needs a name")
 	}
-	body, err := h.do(ctx, http.MethodPut, Path(r, namespaceOf(r, obj), obj.GetName(), sub), opts.query(), "application/json", data)
+	body, ct, err := h.doObject(ctx, r, http.MethodPut, Path(r, namespaceOf(r, obj), obj.GetName(), sub), opts.query(), ct, data)
 	if err != nil {
 		return nil, err
 	}
-	return decodeObject(r, body)
+	return decodeObject(r, body, ct)
 }
 
 // Patch implements Interface.
 func (h *HTTP) Patch(ctx context.Context, r *resources.Resource, namespace, name string, pt types.PatchType, data []byte, opts WriteOptions, subresource string) (Object, error) {
-	body, err := h.do(ctx, http.MethodPatch, Path(r, namespace, name, subresource), opts.query(), string(pt), data)
+	body, ct, err := h.doObject(ctx, r, http.MethodPatch, Path(r, namespace, name, subresource), opts.query(), string(pt), data)
 	if err != nil {
 		return nil, err
 	}
-	return decodeObject(r, body)
+	return decodeObject(r, body, ct)
 }
 
 // Delete implements Interface. When the server answers with a success Status
@@ -343,15 +362,21 @@ func (h *HTTP) Delete(ctx context.Context, r *resources.Resource, namespace, nam
 	if len(opts.DryRun) > 0 {
 		q.Set("dryRun", "All")
 	}
-	body, err := h.do(ctx, http.MethodDelete, Path(r, namespace, name, ""), q, "application/json", data)
+	body, ct, err := h.doObject(ctx, r, http.MethodDelete, Path(r, namespace, name, ""), q, "application/json", data)
 	if err != nil {
 		return nil, err
 	}
-	var tm metav1.TypeMeta
-	if json.Unmarshal(body, &tm) == nil && tm.Kind == "Status" {
-		return nil, nil
+	if isProtobuf(ct) {
+		if env, err := resources.UnwrapProto(body); err == nil && env.Kind == "Status" {
+			return nil, nil
+		}
+	} else {
+		var tm metav1.TypeMeta
+		if json.Unmarshal(body, &tm) == nil && tm.Kind == "Status" {
+			return nil, nil
+		}
 	}
-	return decodeObject(r, body)
+	return decodeObject(r, body, ct)
 }
 
 // ServerVersion reads /version.
@@ -398,31 +423,63 @@ func namespaceOf(r *resources.Resource, obj Object) string {
 	return metav1.NamespaceDefault
 }
 
-// encodeObject marshals a copy of obj with apiVersion and kind set.
-func (h *HTTP) encodeObject(obj Object) (*resources.Resource, []byte, error) {
+// encodeObject encodes obj for a request body, with apiVersion and kind
+// set: in protobuf for a Protobuf client, else as JSON (a copy of obj is
+// stamped). It returns the body's Content-Type.
+func (h *HTTP) encodeObject(obj Object) (*resources.Resource, []byte, string, error) {
 	r := h.kindOf(obj)
 	if r == nil && h.coreOnly {
-		return nil, nil, fmt.Errorf("client: %T is not a core/v1 kind, the only ones this client knows: set Config.ResourceFor to resources.ForObject to write every served kind", obj)
+		return nil, nil, "", fmt.Errorf("client: %T is not a core/v1 kind, the only ones this client knows: set Config.ResourceFor to resources.ForObject to write every served kind", obj)
 	}
 	if r == nil {
-		return nil, nil, fmt.Errorf("client: %T is not a served resource (or not one Config.ResourceFor knows)", obj)
+		return nil, nil, "", fmt.Errorf("client: %T is not a served resource (or not one Config.ResourceFor knows)", obj)
+	}
+	if h.proto && r.HasProto() {
+		data, err := r.EncodeProto(obj)
+		if err != nil {
+			return nil, nil, "", fmt.Errorf("client: encode %s: %w", r.Kind, err)
+		}
+		return r, data, runtime.ContentTypeProtobuf, nil
 	}
 	cp := obj.DeepCopyObject()
 	r.SetTypeMeta(cp)
 	data, err := json.Marshal(cp)
 	if err != nil {
-		return nil, nil, fmt.Errorf("client: encode %s: %w", r.Kind, err)
+		return nil, nil, "", fmt.Errorf("client: encode %s: %w", r.Kind, err)
 	}
-	return r, data, nil
+	return r, data, runtime.ContentTypeJSON, nil
 }
 
-func decodeObject(r *resources.Resource, body []byte) (Object, error) {
-	obj := r.New()
-	if err := json.Unmarshal(body, obj); err != nil {
+// isProtobuf says whether a response's Content-Type is Kubernetes' protobuf.
+func isProtobuf(contentType string) bool {
+	mt, _, _ := strings.Cut(contentType, ";")
+	return strings.TrimSpace(mt) == runtime.ContentTypeProtobuf
+}
+
+// decodeObject decodes a response body of Content-Type ct holding one of
+// r's objects.
+func decodeObject(r *resources.Resource, body []byte, ct string) (Object, error) {
+	var obj Object
+	var err error
+	if isProtobuf(ct) {
+		obj, err = r.DecodeProto(body)
+	} else {
+		obj = r.New()
+		err = json.Unmarshal(body, obj)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("client: decode %s: %w", r.Kind, err)
 	}
 	r.SetTypeMeta(obj)
 	return obj, nil
+}
+
+// accept is the Accept of a request for r's objects.
+func (h *HTTP) accept(r *resources.Resource) string {
+	if h.proto && r.HasProto() {
+		return acceptProtobuf
+	}
+	return runtime.ContentTypeJSON
 }
 
 func (h *HTTP) newRequest(ctx context.Context, method, path string, q url.Values, contentType string, body []byte) (*http.Request, string, error) {
@@ -448,38 +505,59 @@ func (h *HTTP) newRequest(ctx context.Context, method, path string, q url.Values
 	return req, u.String(), nil
 }
 
-// do sends one bounded request and returns the body of a 2xx answer; any other
-// answer becomes a *apierrors.StatusError.
+// do sends one bounded request for JSON and returns the body of a 2xx
+// answer; any other answer becomes a *apierrors.StatusError.
 func (h *HTTP) do(ctx context.Context, method, path string, q url.Values, contentType string, body []byte) ([]byte, error) {
+	data, _, err := h.send(ctx, method, path, q, runtime.ContentTypeJSON, contentType, body)
+	return data, err
+}
+
+// doObject is do for a request whose answer is one of r's objects: in
+// protobuf when the client is a Protobuf one and r has it. It also returns
+// the answer's Content-Type.
+func (h *HTTP) doObject(ctx context.Context, r *resources.Resource, method, path string, q url.Values, contentType string, body []byte) ([]byte, string, error) {
+	return h.send(ctx, method, path, q, h.accept(r), contentType, body)
+}
+
+func (h *HTTP) send(ctx context.Context, method, path string, q url.Values, accept, contentType string, body []byte) ([]byte, string, error) {
 	ctx, cancel := context.WithTimeout(ctx, h.timeout)
 	defer cancel()
 	req, u, err := h.newRequest(ctx, method, path, q, contentType, body)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
+	req.Header.Set("Accept", accept)
 	start := time.Now()
 	resp, err := h.hc.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("client: %s %s: %w", method, u, err)
+		return nil, "", fmt.Errorf("client: %s %s: %w", method, u, err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(resp.Body)
 	h.log.Debug("request", "method", method, "url", u, "code", resp.StatusCode, "took", time.Since(start))
 	if err != nil {
-		return nil, fmt.Errorf("client: %s %s: read body: %w", method, u, err)
+		return nil, "", fmt.Errorf("client: %s %s: read body: %w", method, u, err)
 	}
+	ct := resp.Header.Get("Content-Type")
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return nil, statusError(method, u, resp.StatusCode, data)
+		return nil, "", statusError(method, u, resp.StatusCode, data, ct)
 	}
-	return data, nil
+	return data, ct, nil
 }
 
 // statusError turns a failed answer into a *apierrors.StatusError: the
 // server's own Status when the body is one, else one built from the HTTP code
 // with a message naming the request.
-func statusError(method, u string, code int, body []byte) error {
+func statusError(method, u string, code int, body []byte, contentType string) error {
 	var st metav1.Status
-	if json.Unmarshal(body, &st) == nil && st.Kind == "Status" && (st.Status != "" || st.Code != 0 || st.Reason != "") {
+	if isProtobuf(contentType) {
+		if env, err := resources.UnwrapProto(body); err == nil && env.Kind == "Status" && st.Unmarshal(env.Raw) == nil {
+			st.TypeMeta = metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}
+		}
+	} else if json.Unmarshal(body, &st) != nil {
+		st = metav1.Status{}
+	}
+	if st.Kind == "Status" && (st.Status != "" || st.Code != 0 || st.Reason != "") {
 		if st.Code == 0 {
 			st.Code = int32(code)
 		}
@@ -533,6 +611,7 @@ func (h *HTTP) Watch(ctx context.Context, r *resources.Resource, namespace strin
 		cancel()
 		return nil, err
 	}
+	req.Header.Set("Accept", h.accept(r))
 	resp, err := h.hc.Do(req)
 	if err != nil {
 		cancel()
@@ -542,9 +621,9 @@ func (h *HTTP) Watch(ctx context.Context, r *resources.Resource, namespace strin
 		data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 		resp.Body.Close()
 		cancel()
-		return nil, statusError(http.MethodGet, u, resp.StatusCode, data)
+		return nil, statusError(http.MethodGet, u, resp.StatusCode, data, resp.Header.Get("Content-Type"))
 	}
-	return h.watch.newWatcher(wctx, r, resp.Body, cancel, h.log.With("watch", u)), nil
+	return h.watch.newWatcher(wctx, r, resp.Body, resp.Header.Get("Content-Type"), cancel, h.log.With("watch", u)), nil
 }
 
 // Stream sends one request with a streamed body (nil for none) and header,
@@ -570,7 +649,7 @@ func (h *HTTP) Stream(ctx context.Context, method, path string, q url.Values, he
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		defer resp.Body.Close()
 		data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-		return nil, statusError(method, u, resp.StatusCode, data)
+		return nil, statusError(method, u, resp.StatusCode, data, resp.Header.Get("Content-Type"))
 	}
 	return resp, nil
 }

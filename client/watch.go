@@ -2,7 +2,9 @@ package client
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -51,16 +53,83 @@ func (c *watchCodec) serializer(r *resources.Resource) *json.Serializer {
 	return s
 }
 
-// newWatcher turns the body of a watch response into a watch.Interface.
-// cancel cancels the request; ctx is the request's context.
-func (c *watchCodec) newWatcher(ctx context.Context, r *resources.Resource, body io.ReadCloser, cancel func(), log *slog.Logger) watch.Interface {
+// newWatcher turns the body of a watch response of Content-Type ct into a
+// watch.Interface. cancel cancels the request; ctx is the request's context.
+func (c *watchCodec) newWatcher(ctx context.Context, r *resources.Resource, body io.ReadCloser, ct string, cancel func(), log *slog.Logger) watch.Interface {
 	body = &watchBody{ctx: ctx, body: body, cancel: cancel}
-	s := c.serializer(r)
-	events := streaming.NewDecoder(json.Framer.NewFrameReader(body), s)
-	dec := restwatch.NewDecoder(events, objectDecoder{s, r.GVK()})
+	var dec watch.Decoder
+	if isProtobuf(ct) {
+		dec = &protoWatchDecoder{body: body, r: r}
+	} else {
+		s := c.serializer(r)
+		events := streaming.NewDecoder(json.Framer.NewFrameReader(body), s)
+		dec = restwatch.NewDecoder(events, objectDecoder{s, r.GVK()})
+	}
 	rep := apierrors.NewClientErrorReporter(http.StatusInternalServerError, http.MethodGet, "ClientWatchDecoding")
 	return &streamWatcher{watch.NewStreamWatcherWithLogger(logr.FromSlogHandler(log.Handler()), dec, rep)}
 }
+
+// maxProtoWatchFrame bounds one frame of a protobuf watch stream: an
+// object is at most etcd's request size (1.5 MiB) in the API, so anything
+// near this is a broken stream, not an event.
+const maxProtoWatchFrame = 16 << 20
+
+// protoWatchDecoder reads a protobuf watch stream, as client-go's REST
+// client does with Kubernetes' stream serializer: each frame is a 4-byte
+// big-endian length and a metav1.WatchEvent, whose object is the watched
+// kind (or, in an ERROR event, a Status) in Kubernetes' protobuf encoding.
+type protoWatchDecoder struct {
+	body  io.ReadCloser
+	r     *resources.Resource
+	frame []byte
+}
+
+func (d *protoWatchDecoder) Decode() (watch.EventType, runtime.Object, error) {
+	var n [4]byte
+	if _, err := io.ReadFull(d.body, n[:]); err != nil {
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			return "", nil, fmt.Errorf("watch stream ended inside a frame's length: %w", err)
+		}
+		return "", nil, err // io.EOF: the stream's end
+	}
+	size := binary.BigEndian.Uint32(n[:])
+	if size > maxProtoWatchFrame {
+		return "", nil, fmt.Errorf("watch frame of %d bytes is over the %d-byte bound", size, maxProtoWatchFrame)
+	}
+	if cap(d.frame) < int(size) {
+		d.frame = make([]byte, size)
+	}
+	frame := d.frame[:size]
+	if _, err := io.ReadFull(d.body, frame); err != nil {
+		return "", nil, fmt.Errorf("watch frame of %d bytes cut short: %w", size, err)
+	}
+	var ev metav1.WatchEvent
+	if err := ev.Unmarshal(frame); err != nil {
+		return "", nil, fmt.Errorf("watch event: %w", err)
+	}
+	switch t := watch.EventType(ev.Type); t {
+	case watch.Added, watch.Modified, watch.Deleted, watch.Bookmark, watch.Error:
+	default:
+		return "", nil, fmt.Errorf("got invalid watch event type: %v", ev.Type)
+	}
+	if obj, err := d.r.DecodeProto(ev.Object.Raw); err == nil {
+		d.r.SetTypeMeta(obj)
+		return watch.EventType(ev.Type), obj, nil
+	} else if env, uerr := resources.UnwrapProto(ev.Object.Raw); uerr != nil || env.Kind != "Status" || env.APIVersion != "v1" {
+		return "", nil, fmt.Errorf("%s event: %w", ev.Type, err)
+	} else {
+		// An ERROR event's Status.
+		st := &metav1.Status{}
+		if err := st.Unmarshal(env.Raw); err != nil {
+			return "", nil, fmt.Errorf("%s event's Status: %w", ev.Type, err)
+		}
+		st.TypeMeta = metav1.TypeMeta{APIVersion: "v1", Kind: "Status"}
+		return watch.EventType(ev.Type), st, nil
+	}
+}
+
+// Close closes the stream.
+func (d *protoWatchDecoder) Close() { _ = d.body.Close() }
 
 // objectDecoder decodes an event's object as the watched kind unless it
 // names another (an ERROR event's Status), and stamps apiVersion and kind on

@@ -471,7 +471,7 @@ func (s *Server) startAgent() error {
 	name := s.cfg.Agent.Name
 	token := s.cluster.NodeToken(name)
 	h, err := client.NewHTTP(client.Config{Server: s.url, CAPEM: s.cluster.CAPEM(), Token: token,
-		UserAgent: s.cfg.UserAgent, Logger: s.log.With("component", "client")})
+		UserAgent: s.cfg.UserAgent, Logger: s.log.With("component", "client"), Protobuf: true})
 	if err != nil {
 		return err
 	}

@@ -213,7 +213,7 @@ func startFleet(ctx context.Context, t fleetTarget, names []string, log *slog.Lo
 
 func (f *fleet) start(ctx context.Context, name string) (*simAgent, error) {
 	h, err := client.NewHTTP(client.Config{Server: f.target.url, Token: f.target.token(name),
-		UserAgent: "everynode-bench-agent", Transport: f.tr})
+		UserAgent: "everynode-bench-agent", Transport: f.tr, Protobuf: true})
 	if err != nil {
 		return nil, err
 	}

@@ -206,7 +206,7 @@ func agentProcessRSS(ctx context.Context, srv *benchServer, dir string, cfg Conf
 // t.Server with t.NodeToken until ctx ends: the minimal agent process (no
 // gossip, no join) for when "everynode agent" is not at hand.
 func RunAgentProcess(ctx context.Context, t AgentTarget) error {
-	h, err := client.NewHTTP(client.Config{Server: t.Server, CAPEM: t.CAPEM, Token: t.NodeToken, UserAgent: "everynode-bench-agent"})
+	h, err := client.NewHTTP(client.Config{Server: t.Server, CAPEM: t.CAPEM, Token: t.NodeToken, UserAgent: "everynode-bench-agent", Protobuf: true})
 	if err != nil {
 		return err
 	}
