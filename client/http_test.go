@@ -376,6 +376,16 @@ func TestWatchMalformedEvent(t *testing.T) {
 			fmt.Fprintf(w, `{"type":"ADDED","object":{"kind":"Node","apiVersion":"v1","metadata":{"name":"n3"}}}`+"\n")
 		},
 	})
+	if got, want := nodeWatchEvents(t, c), "ADDED n1|ERROR 500"; got != want {
+		t.Fatalf("events = %q, want %q", got, want)
+	}
+}
+
+// nodeWatchEvents watches Nodes with c until the stream ends and returns
+// its events, "|"-separated: "TYPE name" for a Node (which must carry its
+// kind), "TYPE code" for a Status.
+func nodeWatchEvents(t *testing.T, c *HTTP) string {
+	t.Helper()
 	w, err := c.Watch(context.Background(), resources.Nodes, "", ListOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -385,6 +395,9 @@ func TestWatchMalformedEvent(t *testing.T) {
 	for ev := range w.ResultChan() {
 		switch o := ev.Object.(type) {
 		case *corev1.Node:
+			if o.Kind != "Node" || o.APIVersion != "v1" {
+				t.Errorf("node without its kind: %+v", o.TypeMeta)
+			}
 			got = append(got, fmt.Sprintf("%s %s", ev.Type, o.Name))
 		case *metav1.Status:
 			got = append(got, fmt.Sprintf("%s %d", ev.Type, o.Code))
@@ -392,9 +405,7 @@ func TestWatchMalformedEvent(t *testing.T) {
 			t.Fatalf("unexpected object %T", o)
 		}
 	}
-	if want := "ADDED n1|ERROR 500"; strings.Join(got, "|") != want {
-		t.Fatalf("events = %q, want %q", got, want)
-	}
+	return strings.Join(got, "|")
 }
 
 func TestWatchRefused(t *testing.T) {

@@ -86,10 +86,10 @@ type protoWatchDecoder struct {
 
 func (d *protoWatchDecoder) Decode() (watch.EventType, runtime.Object, error) {
 	var n [4]byte
+	// A stream cut inside a frame ends with io.ErrUnexpectedEOF, unwrapped:
+	// the watch closes without an ERROR event, as a cut JSON stream does and
+	// as client-go's framer reports it.
 	if _, err := io.ReadFull(d.body, n[:]); err != nil {
-		if errors.Is(err, io.ErrUnexpectedEOF) {
-			return "", nil, fmt.Errorf("watch stream ended inside a frame's length: %w", err)
-		}
 		return "", nil, err // io.EOF: the stream's end
 	}
 	size := binary.BigEndian.Uint32(n[:])
@@ -101,7 +101,10 @@ func (d *protoWatchDecoder) Decode() (watch.EventType, runtime.Object, error) {
 	}
 	frame := d.frame[:size]
 	if _, err := io.ReadFull(d.body, frame); err != nil {
-		return "", nil, fmt.Errorf("watch frame of %d bytes cut short: %w", size, err)
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return "", nil, err
 	}
 	var ev metav1.WatchEvent
 	if err := ev.Unmarshal(frame); err != nil {
