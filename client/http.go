@@ -367,7 +367,7 @@ func (h *HTTP) Delete(ctx context.Context, r *resources.Resource, namespace, nam
 		return nil, err
 	}
 	if isProtobuf(ct) {
-		if env, err := resources.UnwrapProto(body); err == nil && env.Kind == "Status" {
+		if _, ok := protoStatus(body); ok {
 			return nil, nil
 		}
 	} else {
@@ -454,6 +454,22 @@ func (h *HTTP) encodeObject(obj Object) (*resources.Resource, []byte, string, er
 func isProtobuf(contentType string) bool {
 	mt, _, _ := strings.Cut(contentType, ";")
 	return strings.TrimSpace(mt) == runtime.ContentTypeProtobuf
+}
+
+// protoStatus decodes data, Kubernetes' protobuf encoding of an object, as
+// a v1 Status with its kind set; ok is false when data holds anything else
+// or does not decode.
+func protoStatus(data []byte) (*metav1.Status, bool) {
+	env, err := resources.UnwrapProto(data)
+	if err != nil || env.Kind != "Status" || env.APIVersion != "v1" {
+		return nil, false
+	}
+	st := &metav1.Status{}
+	if st.Unmarshal(env.Raw) != nil {
+		return nil, false
+	}
+	st.TypeMeta = metav1.TypeMeta{APIVersion: "v1", Kind: "Status"}
+	return st, true
 }
 
 // decodeObject decodes a response body of Content-Type ct holding one of
@@ -551,8 +567,8 @@ func (h *HTTP) send(ctx context.Context, method, path string, q url.Values, acce
 func statusError(method, u string, code int, body []byte, contentType string) error {
 	var st metav1.Status
 	if isProtobuf(contentType) {
-		if env, err := resources.UnwrapProto(body); err == nil && env.Kind == "Status" && st.Unmarshal(env.Raw) == nil {
-			st.TypeMeta = metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}
+		if p, ok := protoStatus(body); ok {
+			st = *p
 		}
 	} else if json.Unmarshal(body, &st) != nil {
 		st = metav1.Status{}

@@ -115,20 +115,15 @@ func (d *protoWatchDecoder) Decode() (watch.EventType, runtime.Object, error) {
 	default:
 		return "", nil, fmt.Errorf("got invalid watch event type: %v", ev.Type)
 	}
-	if obj, err := d.r.DecodeProto(ev.Object.Raw); err == nil {
+	obj, err := d.r.DecodeProto(ev.Object.Raw)
+	if err == nil {
 		d.r.SetTypeMeta(obj)
 		return watch.EventType(ev.Type), obj, nil
-	} else if env, uerr := resources.UnwrapProto(ev.Object.Raw); uerr != nil || env.Kind != "Status" || env.APIVersion != "v1" {
-		return "", nil, fmt.Errorf("%s event: %w", ev.Type, err)
-	} else {
-		// An ERROR event's Status.
-		st := &metav1.Status{}
-		if err := st.Unmarshal(env.Raw); err != nil {
-			return "", nil, fmt.Errorf("%s event's Status: %w", ev.Type, err)
-		}
-		st.TypeMeta = metav1.TypeMeta{APIVersion: "v1", Kind: "Status"}
+	}
+	if st, ok := protoStatus(ev.Object.Raw); ok { // an ERROR event's Status
 		return watch.EventType(ev.Type), st, nil
 	}
+	return "", nil, fmt.Errorf("%s event: %w", ev.Type, err)
 }
 
 // Close closes the stream.
