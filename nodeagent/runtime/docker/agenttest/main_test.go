@@ -14,6 +14,7 @@ import (
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/client"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -205,12 +206,21 @@ func (n *node) get(name string) *corev1.Pod {
 	return o.(*corev1.Pod)
 }
 
-// wait polls the pod (a real asynchronous system) until cond holds.
+// wait polls the pod (a real asynchronous system) until cond holds. A pod
+// not found yet is waited for too: a static pod's mirror is published only
+// once the agent has registered its Node.
 func (n *node) wait(name, what string, within time.Duration, cond func(*corev1.Pod) bool) *corev1.Pod {
 	n.t.Helper()
 	var p *corev1.Pod
 	testkit.Eventually(n.t, within, func() error {
-		if p = n.get(name); !cond(p) {
+		o, err := n.api.Get(context.Background(), resources.Pods, "default", name)
+		if apierrors.IsNotFound(err) {
+			return fmt.Errorf("pod %s: waiting for %s: %w", name, what, err)
+		}
+		if err != nil {
+			n.t.Fatalf("get pod %s: %v", name, err)
+		}
+		if p = o.(*corev1.Pod); !cond(p) {
 			return fmt.Errorf("pod %s: waiting for %s; status: %+v", name, what, p.Status)
 		}
 		return nil
