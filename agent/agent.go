@@ -20,6 +20,7 @@ import (
 	"github.com/everynode/everynode/client"
 	"github.com/everynode/everynode/gossip"
 	"github.com/everynode/everynode/images"
+	"github.com/everynode/everynode/internal/exepages"
 )
 
 // DefaultGossipAddr is the gossip bind address of servers and agents:
@@ -246,7 +247,13 @@ func Start(ctx context.Context, cfg Config) (_ *Agent, err error) {
 
 	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	a.stop = stop
-	a.wg.Add(2)
+	a.wg.Add(3)
+	go func() {
+		defer a.wg.Done()
+		// Start-up touched most of the executable; only the pages the
+		// agent runs again stay mapped (docs/agent.md, "Footprint").
+		exepages.ReleaseStartup(runCtx, exepages.Settle, log)
+	}()
 	go func() {
 		defer a.wg.Done()
 		a.member.KeepJoined(runCtx, func() []string { return mergeSeeds(creds.GossipSeeds, gossip.ServerAddrs(a.member.Members())) }, RejoinInterval, log)

@@ -32,6 +32,7 @@ import (
 	"github.com/everynode/everynode/controller/leader"
 	"github.com/everynode/everynode/controller/nodelifecycle"
 	"github.com/everynode/everynode/gossip"
+	"github.com/everynode/everynode/internal/exepages"
 	"github.com/everynode/everynode/nodeagent/runtime/docker"
 	"github.com/everynode/everynode/store"
 )
@@ -369,14 +370,18 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	}
 	if cfg.Agent == nil {
 		s.log.Info("no local agent")
-		return s, nil
+	} else {
+		if err := s.startAgent(); err != nil {
+			return nil, err
+		}
+		if s.members != nil && cfg.Agent.Name == s.serverName() {
+			s.goBG(func() { s.labelServerNode(bgCtx, cfg.Agent.Name) })
+		}
 	}
-	if err := s.startAgent(); err != nil {
-		return nil, err
-	}
-	if s.members != nil && cfg.Agent.Name == s.serverName() {
-		s.goBG(func() { s.labelServerNode(bgCtx, cfg.Agent.Name) })
-	}
+	// Start-up touched most of the executable (its package initializers);
+	// only the pages the server runs again stay mapped (docs/architecture.md,
+	// "Memory").
+	s.goBG(func() { exepages.ReleaseStartup(bgCtx, exepages.Settle, s.log) })
 	return s, nil
 }
 
