@@ -31,8 +31,11 @@ import (
 const MaxGossipNodes = 200
 
 // DefaultAgentIdle is how long the separate agent process idles before its
-// RSS is read.
-const DefaultAgentIdle = 10 * time.Second
+// RSS is read: the agent unmaps the executable's pages 5 s after it starts
+// and maps back, over the next minutes, those its periodic work runs (Node
+// status, gossip push/pull, the runtime's forced collection every 2
+// minutes), so an earlier reading would undercount what it holds.
+const DefaultAgentIdle = 2 * time.Minute
 
 // Namespace and name of the benchmark DaemonSet.
 const (
@@ -189,7 +192,8 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		cfg.Measuring(true)
 	}
 	cpu0, acpu0 := cpuSeconds(), agentsCPU()
-	if err := converge(ctx, srv, fl, cfg, res, log); err != nil {
+	hist, err := converge(ctx, srv, fl, cfg, res, log)
+	if err != nil {
 		return nil, err
 	}
 	res.ConvergeCPUS, res.AgentsConvergeCPUS = cpuSeconds()-cpu0, agentsCPU()-acpu0
@@ -212,6 +216,10 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		}
 		res.AgentsRSSMB, res.AgentsAnonMB = m.rss, m.anon
 	}
+	if res.Writes, err = collectWrites(ctx, srv.etcd, hist.from, hist.to); err != nil {
+		return nil, err
+	}
+	res.Writes.summarise()
 
 	pods := floorWork(res.Writes.seqs)
 	log.Info("etcd floor: one create and one status update per pod, straight to etcd", "pods", len(pods))

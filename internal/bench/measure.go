@@ -62,12 +62,14 @@ type WriteStats struct {
 }
 
 // converge creates the DaemonSet and waits until every simulated node's pod
-// is Running and Ready, then collects the etcd writes it took.
-func converge(ctx context.Context, srv *benchServer, fl agentFleet, cfg Config, res *Result, log *slog.Logger) error {
+// is Running and Ready. It returns the span of etcd revisions it took, for
+// collectWrites, which the caller runs once it has read the server's memory:
+// the harness's copy of the history is not the server's.
+func converge(ctx context.Context, srv *benchServer, fl agentFleet, cfg Config, res *Result, log *slog.Logger) (history, error) {
 	etcd := srv.etcd
 	before, err := etcd.Get(ctx, "/", clientv3.WithCountOnly())
 	if err != nil {
-		return fmt.Errorf("bench: etcd revision: %w", err)
+		return history{}, fmt.Errorf("bench: etcd revision: %w", err)
 	}
 	ready := map[string]bool{}
 	count := 0
@@ -75,7 +77,7 @@ func converge(ctx context.Context, srv *benchServer, fl agentFleet, cfg Config, 
 	seen := map[string]time.Time{}
 	var lags []time.Duration
 	if err := fl.record(ctx, true); err != nil {
-		return err
+		return history{}, err
 	}
 	err = watchUntil(ctx, srv.local, resources.Pods, Namespace, client.ListOptions{LabelSelector: "app=" + DSName}, cfg.Timeout,
 		func() error {
@@ -109,7 +111,7 @@ func converge(ctx context.Context, srv *benchServer, fl agentFleet, cfg Config, 
 	// Recording stays on (Run turns it off): the last status writes'
 	// answers arrive after their watch events.
 	if err != nil {
-		return err
+		return history{}, err
 	}
 	res.ConvergeS = time.Since(t0).Seconds()
 	res.PodsRunning = count
@@ -122,12 +124,14 @@ func converge(ctx context.Context, srv *benchServer, fl agentFleet, cfg Config, 
 	log.Info("converged", "nodes", cfg.Nodes, "s", res.ConvergeS)
 	after, err := etcd.Get(ctx, "/", clientv3.WithCountOnly())
 	if err != nil {
-		return fmt.Errorf("bench: etcd revision: %w", err)
+		return history{}, fmt.Errorf("bench: etcd revision: %w", err)
 	}
-	res.Writes, err = collectWrites(ctx, etcd, before.Header.Revision, after.Header.Revision)
-	res.Writes.summarise()
-	return err
+	return history{from: before.Header.Revision, to: after.Header.Revision}, nil
 }
+
+// history is a span of etcd revisions (exclusive, inclusive) whose writes
+// collectWrites reads.
+type history struct{ from, to int64 }
 
 // collectWrites reads etcd's history between two revisions (exclusive,
 // inclusive) and returns the writes under the registry prefix, per key.
