@@ -379,8 +379,8 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		}
 	}
 	// Start-up touched most of the executable (its package initializers);
-	// only the pages the server runs again stay mapped (docs/architecture.md,
-	// "Memory").
+	// only the pages the server runs again stay mapped (docs/cli.md,
+	// "Server memory").
 	s.goBG(func() { exepages.ReleaseStartup(bgCtx, exepages.Settle, s.log) })
 	return s, nil
 }
