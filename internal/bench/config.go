@@ -295,8 +295,10 @@ type Result struct {
 	StatusSamples int     `json:"status_samples"`
 
 	// ServerRSSMB is this process's VmRSS after convergence: the server and
-	// the harness, and the simulated agents too unless AgentProcs. HeapMB is
-	// the live Go heap then (after a collection); HeapServerIdleMB before
+	// the harness, and the simulated agents too unless AgentProcs, read right
+	// at convergence, before the harness reads etcd's history. HeapMB is
+	// the live Go heap then (after a collection; the last status writes may
+	// still be in flight); HeapServerIdleMB before
 	// any agent started; HeapAgentsMB the growth from starting and
 	// registering the agents (in process: their state and their watch
 	// streams on both ends, so HeapMB − HeapAgentsMB approximates the

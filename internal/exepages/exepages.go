@@ -6,8 +6,9 @@
 // fault, and start-up runs hundreds of package initializers spread over the
 // whole file, so a server that has only started holds most of its
 // executable as resident memory, counted in its RSS though little of it
-// runs again. Release unmaps those read-only mappings: the pages stay in
-// the kernel's page cache (reclaimable, shared, not counted in the
+// runs again. Release unmaps those read-only mappings (never one that holds
+// pages the process changed, such as data the loader relocated): the pages
+// stay in the kernel's page cache (reclaimable, shared, not counted in the
 // process's RSS) and the ones the program runs again map back at their
 // next use, without reading the disk while the cache keeps them.
 package exepages
@@ -29,7 +30,10 @@ const Settle = 5 * time.Second
 // correctness: it is logged.
 func ReleaseStartup(ctx context.Context, settle time.Duration, log *slog.Logger) {
 	release := func() {
-		before, _ := Resident()
+		var before int64
+		if log.Enabled(ctx, slog.LevelDebug) {
+			before, _ = Resident()
+		}
 		if _, err := Release(); err != nil {
 			log.Warn("cannot release the executable's start-up pages", "err", err)
 			return

@@ -1,28 +1,42 @@
 package exepages
 
 import (
-	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
+	"reflect"
 	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
 )
 
-// mapping is one line of /proc/self/maps.
+// mapping is one mapping of /proc/self/smaps: its header line and the
+// sizes that matter here.
 type mapping struct {
 	start, end uintptr
 	perms      string
 	dev        string // major:minor, hex
 	inode      uint64
+	rss        int64 // bytes resident
+	anonymous  int64 // bytes of private copies: pages the process changed
 }
 
-// Release unmaps this process's read-only mappings of its own executable
-// with madvise(MADV_DONTNEED) and returns their size in bytes. Writable
-// mappings (initialized data, whose pages the program has changed) are
-// left alone: advising them would bring back the file's original bytes.
+// releasable reports whether advising the mapping away loses nothing: it is
+// not writable, and none of its pages is a private copy. Read-only mappings
+// can hold such copies: the dynamic loader relocates a position-independent
+// or externally linked binary's read-only-after-relocation data (RELRO: the
+// global offset table) before protecting it, and a debugger's breakpoints
+// are copies too. Advising those would bring back the file's bytes.
+func (m mapping) releasable() bool {
+	return !strings.Contains(m.perms, "w") && m.anonymous == 0
+}
+
+// Release unmaps this process's releasable mappings of its own executable
+// (code and read-only data) with madvise(MADV_DONTNEED) and returns their
+// size in bytes. It finds none, and says so, where /proc cannot tell which
+// mappings are the executable's.
 func Release() (int64, error) {
 	ms, err := exeMappings()
 	if err != nil {
@@ -30,7 +44,7 @@ func Release() (int64, error) {
 	}
 	var n int64
 	for _, m := range ms {
-		if strings.Contains(m.perms, "w") {
+		if !m.releasable() {
 			continue
 		}
 		if _, _, e := unix.Syscall(unix.SYS_MADVISE, m.start, m.end-m.start, unix.MADV_DONTNEED); e != 0 {
@@ -38,74 +52,95 @@ func Release() (int64, error) {
 		}
 		n += int64(m.end - m.start)
 	}
+	if n == 0 {
+		return 0, errors.New("exepages: no read-only mapping of the executable without private pages in /proc/self/smaps")
+	}
 	return n, nil
 }
 
-// Resident returns how many bytes of this process's read-only mappings of
-// its executable are resident, from /proc/self/smaps.
+// Resident returns how many bytes of this process's releasable mappings of
+// its executable are resident.
 func Resident() (int64, error) {
 	ms, err := exeMappings()
 	if err != nil {
 		return 0, err
 	}
-	ro := map[uintptr]bool{}
-	for _, m := range ms {
-		if !strings.Contains(m.perms, "w") {
-			ro[m.start] = true
-		}
-	}
-	b, err := os.ReadFile("/proc/self/smaps")
-	if err != nil {
-		return 0, fmt.Errorf("exepages: %w", err)
-	}
 	var n int64
-	in := false
-	for line := range bytes.Lines(b) {
-		s := strings.TrimSpace(string(line))
-		if m, ok := parseMapping(s); ok {
-			in = ro[m.start]
-			continue
-		}
-		if rest, ok := strings.CutPrefix(s, "Rss:"); ok && in {
-			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-			if err != nil {
-				return 0, fmt.Errorf("exepages: smaps: %q: %w", s, err)
-			}
-			n += kb << 10
+	for _, m := range ms {
+		if m.releasable() {
+			n += m.rss
 		}
 	}
 	return n, nil
 }
 
-// exeMappings lists the mappings of the file /proc/self/exe names, matched
-// by device and inode, so a binary replaced or deleted on disk since the
-// process started is still recognised.
+// exeMappings lists the mappings of the file this code was loaded from:
+// those with the device and inode of the mapping that holds this package's
+// own code. (stat of /proc/self/exe can name another device than the
+// mappings do, as on btrfs subvolumes and some overlay filesystems.)
 func exeMappings() ([]mapping, error) {
-	var st unix.Stat_t
-	if err := unix.Stat("/proc/self/exe", &st); err != nil {
-		return nil, fmt.Errorf("exepages: stat the executable: %w", err)
-	}
-	dev := fmt.Sprintf("%02x:%02x", unix.Major(st.Dev), unix.Minor(st.Dev))
-	f, err := os.Open("/proc/self/maps")
+	b, err := os.ReadFile("/proc/self/smaps")
 	if err != nil {
 		return nil, fmt.Errorf("exepages: %w", err)
 	}
-	defer f.Close()
-	var ms []mapping
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if m, ok := parseMapping(sc.Text()); ok && m.inode == st.Ino && m.dev == dev {
-			ms = append(ms, m)
+	all, err := parseSmaps(b)
+	if err != nil {
+		return nil, err
+	}
+	pc := reflect.ValueOf(Release).Pointer()
+	var self *mapping
+	for i := range all {
+		if all[i].start <= pc && pc < all[i].end {
+			self = &all[i]
+			break
 		}
 	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("exepages: read /proc/self/maps: %w", err)
+	if self == nil || self.inode == 0 {
+		return nil, errors.New("exepages: the executable's code is not a file mapping in /proc/self/smaps")
+	}
+	var ms []mapping
+	for _, m := range all {
+		if m.inode == self.inode && m.dev == self.dev {
+			ms = append(ms, m)
+		}
 	}
 	return ms, nil
 }
 
-// parseMapping parses a mapping's line ("start-end perms offset dev inode
-// [path]") of /proc/self/maps or smaps; ok is false for other lines.
+// parseSmaps parses /proc/self/smaps: a header line per mapping ("start-end
+// perms offset dev inode [path]") followed by "Name: value kB" lines.
+func parseSmaps(b []byte) ([]mapping, error) {
+	var ms []mapping
+	for line := range bytes.Lines(b) {
+		s := strings.TrimSpace(string(line))
+		if m, ok := parseMapping(s); ok {
+			ms = append(ms, m)
+			continue
+		}
+		if len(ms) == 0 {
+			continue
+		}
+		cur := &ms[len(ms)-1]
+		for _, f := range []struct {
+			name string
+			to   *int64
+		}{{"Rss:", &cur.rss}, {"Anonymous:", &cur.anonymous}} {
+			rest, ok := strings.CutPrefix(s, f.name)
+			if !ok {
+				continue
+			}
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("exepages: smaps: %q: %w", s, err)
+			}
+			*f.to = kb << 10
+		}
+	}
+	return ms, nil
+}
+
+// parseMapping parses a mapping's header line of /proc/self/maps or smaps;
+// ok is false for other lines.
 func parseMapping(line string) (mapping, bool) {
 	f := strings.Fields(line)
 	if len(f) < 5 {

@@ -2,6 +2,8 @@ package exepages
 
 import (
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -22,7 +24,7 @@ func touchAll(t *testing.T) int64 {
 	buf := make([]byte, 1<<20)
 	var size int64
 	for _, m := range ms {
-		if strings.Contains(m.perms, "w") {
+		if !m.releasable() {
 			continue
 		}
 		size += int64(m.end - m.start)
@@ -65,9 +67,56 @@ func TestReleaseUnmapsTheExecutable(t *testing.T) {
 		t.Errorf("resident %d bytes after Release, %d before: want most of it unmapped", after, before)
 	}
 	t.Logf("read-only executable mappings %d KiB: resident %d KiB, after Release %d KiB", size>>10, before>>10, after>>10)
-	// The process runs on: the code it calls maps back from the page cache.
-	if _, err := Resident(); err != nil {
+}
+
+// TestReleaseInPositionIndependentBinary runs a program that releases its
+// pages and carries on, built as a position-independent executable: its
+// loader relocates read-only data (the global offset table), and releasing
+// those private copies would crash it.
+func TestReleaseInPositionIndependentBinary(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a program")
+	}
+	bin := filepath.Join(t.TempDir(), "release")
+	build := exec.Command("go", "build", "-buildmode=pie", "-o", bin, "./testdata/release")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build -buildmode=pie: %v\n%s", err, out)
+	}
+	out, err := exec.Command(bin).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "cache in page pages stay the the") {
+		t.Fatalf("the program released its pages and then: %v\n%s", err, out)
+	}
+	t.Logf("%s", out)
+}
+
+func TestPrivateCopiesAreNotReleasable(t *testing.T) {
+	smaps := []byte(`00400000-00600000 r-xp 00000000 fd:01 42 /bin/x
+Rss:                 800 kB
+Anonymous:             0 kB
+00600000-00700000 r--p 00200000 fd:01 42 /bin/x
+Rss:                 100 kB
+Anonymous:             4 kB
+00700000-00800000 rw-p 00300000 fd:01 42 /bin/x
+Rss:                  40 kB
+Anonymous:            40 kB
+VmFlags: rd wr mr mw me ac
+`)
+	ms, err := parseSmaps(smaps)
+	if err != nil {
 		t.Fatal(err)
+	}
+	if len(ms) != 3 {
+		t.Fatalf("parsed %d mappings, want 3: %+v", len(ms), ms)
+	}
+	want := []struct {
+		rss, anonymous int64
+		releasable     bool
+	}{{800 << 10, 0, true}, {100 << 10, 4 << 10, false}, {40 << 10, 40 << 10, false}}
+	for i, w := range want {
+		if m := ms[i]; m.rss != w.rss || m.anonymous != w.anonymous || m.releasable() != w.releasable {
+			t.Errorf("mapping %d: %+v, releasable %v; want rss %d, anonymous %d, releasable %v", i, m, m.releasable(), w.rss, w.anonymous, w.releasable)
+		}
 	}
 }
 
