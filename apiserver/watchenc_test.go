@@ -66,13 +66,19 @@ func TestWatchEncodingsShareOneEncoding(t *testing.T) {
 	}
 }
 
-func TestSharedJSONEventsWritesWhatJSONEventsWrites(t *testing.T) {
+// serviceWatchEvents is a Service's life in a watch stream, a bookmark
+// included: the events a shared encoding must write as its stream does.
+func serviceWatchEvents() []watch.Event {
 	svc := &corev1.Service{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
 		ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "default", ResourceVersion: "7"}}
 	bm := &corev1.Service{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
 		ObjectMeta: metav1.ObjectMeta{ResourceVersion: "9"}}
-	evs := []watch.Event{{Type: watch.Added, Object: svc}, {Type: watch.Modified, Object: svc},
+	return []watch.Event{{Type: watch.Added, Object: svc}, {Type: watch.Modified, Object: svc},
 		{Type: watch.Bookmark, Object: bm}, {Type: watch.Deleted, Object: svc}}
+}
+
+func TestSharedJSONEventsWritesWhatJSONEventsWrites(t *testing.T) {
+	evs := serviceWatchEvents()
 	var want, got bytes.Buffer
 	plain, shared := jsonEvents(&want), sharedJSONEvents(&got, newWatchEncodings(watchEncodingsSize))
 	for _, ev := range evs {
@@ -99,12 +105,7 @@ func TestSharedProtoEventsWritesWhatStreamEventsWrites(t *testing.T) {
 	if err != nil || out.info.MediaType != "application/vnd.kubernetes.protobuf" {
 		t.Fatalf("negotiated %q: %v", out.info.MediaType, err)
 	}
-	svc := &corev1.Service{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
-		ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "default", ResourceVersion: "7"}}
-	bm := &corev1.Service{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
-		ObjectMeta: metav1.ObjectMeta{ResourceVersion: "9"}}
-	evs := []watch.Event{{Type: watch.Added, Object: svc}, {Type: watch.Modified, Object: svc},
-		{Type: watch.Bookmark, Object: bm}, {Type: watch.Deleted, Object: svc}}
+	evs := serviceWatchEvents()
 	var want, first, second bytes.Buffer
 	enc := newWatchEncodings(watchEncodingsSize)
 	plain := e.s.wire.streamEvents(&want, out)

@@ -366,15 +366,8 @@ func (h *HTTP) Delete(ctx context.Context, r *resources.Resource, namespace, nam
 	if err != nil {
 		return nil, err
 	}
-	if isProtobuf(ct) {
-		if _, ok := protoStatus(body); ok {
-			return nil, nil
-		}
-	} else {
-		var tm metav1.TypeMeta
-		if json.Unmarshal(body, &tm) == nil && tm.Kind == "Status" {
-			return nil, nil
-		}
+	if _, ok := bodyStatus(body, ct); ok {
+		return nil, nil
 	}
 	return decodeObject(r, body, ct)
 }
@@ -472,6 +465,19 @@ func protoStatus(data []byte) (*metav1.Status, bool) {
 	return st, true
 }
 
+// bodyStatus decodes an answer's body of Content-Type ct, in protobuf or
+// JSON, as a v1 Status; ok is false when it holds anything else.
+func bodyStatus(body []byte, ct string) (*metav1.Status, bool) {
+	if isProtobuf(ct) {
+		return protoStatus(body)
+	}
+	var st metav1.Status
+	if json.Unmarshal(body, &st) != nil || st.Kind != "Status" {
+		return nil, false
+	}
+	return &st, true
+}
+
 // decodeObject decodes a response body of Content-Type ct holding one of
 // r's objects.
 func decodeObject(r *resources.Resource, body []byte, ct string) (Object, error) {
@@ -565,22 +571,14 @@ func (h *HTTP) send(ctx context.Context, method, path string, q url.Values, acce
 // server's own Status when the body is one, else one built from the HTTP code
 // with a message naming the request.
 func statusError(method, u string, code int, body []byte, contentType string) error {
-	var st metav1.Status
-	if isProtobuf(contentType) {
-		if p, ok := protoStatus(body); ok {
-			st = *p
-		}
-	} else if json.Unmarshal(body, &st) != nil {
-		st = metav1.Status{}
-	}
-	if st.Kind == "Status" && (st.Status != "" || st.Code != 0 || st.Reason != "") {
+	if st, ok := bodyStatus(body, contentType); ok && (st.Status != "" || st.Code != 0 || st.Reason != "") {
 		if st.Code == 0 {
 			st.Code = int32(code)
 		}
 		if st.Status == "" {
 			st.Status = metav1.StatusFailure
 		}
-		return &apierrors.StatusError{ErrStatus: st}
+		return &apierrors.StatusError{ErrStatus: *st}
 	}
 	// NewGenericServerResponse picks the Reason matching the code.
 	reason := apierrors.NewGenericServerResponse(code, method, schema.GroupResource{}, "", "", 0, false).ErrStatus.Reason
