@@ -9,7 +9,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/everynode/everynode/resources"
 	"github.com/everynode/everynode/store"
@@ -137,7 +136,7 @@ func (i *instrumentedStore) GetCached(ctx context.Context, r *resources.Resource
 	return i.st.GetCached(ctx, r, namespace, name)
 }
 
-func (i *instrumentedStore) Watch(ctx context.Context, r *resources.Resource, namespace string, rv int64, sel store.Selector) (watch.Interface, error) {
+func (i *instrumentedStore) Watch(ctx context.Context, r *resources.Resource, namespace string, rv int64, sel store.Selector) (*store.Watcher, error) {
 	defer i.done("watch", r, time.Now())
 	return i.st.Watch(ctx, r, namespace, rv, sel)
 }

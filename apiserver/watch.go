@@ -46,7 +46,7 @@ type watchOptions struct {
 type watchStream struct {
 	r       *resources.Resource
 	prefix  []watch.Event
-	src     watch.Interface // nil: only the prefix (a 410 Status)
+	src     *store.Watcher // nil: only the prefix (a 410 Status)
 	timeout time.Duration
 }
 
@@ -119,12 +119,12 @@ func (st *watchStream) run(ctx, serverCtx context.Context, stop <-chan struct{},
 	if st.src == nil {
 		return
 	}
+	// The store's watcher queues its events: taking them needs no
+	// goroutine behind a channel.
+	var buf []watch.Event
 	for {
 		select {
-		case ev, ok := <-st.src.ResultChan():
-			if !ok || ended() || !send(prepareEvent(st.r, ev, deepCopy)) {
-				return
-			}
+		case <-st.src.Ready():
 		case <-stop:
 			return
 		case <-ctx.Done():
@@ -134,8 +134,26 @@ func (st *watchStream) run(ctx, serverCtx context.Context, stop <-chan struct{},
 		case <-timer.C:
 			return
 		}
+		evs, open := st.src.Take(buf)
+		for _, ev := range evs {
+			if ended() || !send(prepareEvent(st.r, ev, deepCopy)) {
+				return
+			}
+		}
+		if !open {
+			return
+		}
+		// A watch idles for most of its life: keep no large buffer.
+		if clear(evs); cap(evs) <= maxKeptEvents {
+			buf = evs[:0]
+		} else {
+			buf = nil
+		}
 	}
 }
+
+// maxKeptEvents is the largest event buffer an idle watch keeps for reuse.
+const maxKeptEvents = 16
 
 // watchObjects opens a watch for an in-process caller. The returned
 // watcher's channel closes when the store watch ends, ctx ends, the server

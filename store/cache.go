@@ -119,8 +119,8 @@ type cache struct {
 	stopped bool
 	// watchers without an exact spec.nodeName requirement, and those with
 	// one, indexed by that node name.
-	watchers     map[*cacheWatcher]struct{}
-	nodeWatchers map[string]map[*cacheWatcher]struct{}
+	watchers     map[*Watcher]struct{}
+	nodeWatchers map[string]map[*Watcher]struct{}
 
 	progressc chan struct{} // buffered(1): ask the watch loop for a progress notification
 	stopc     chan struct{} // closed by stop
@@ -140,14 +140,14 @@ func newCache(r *resources.Resource, client *clientv3.Client, at *atRest, lg *sl
 		objects:     make(map[string]*entry),
 		ring:        newRing(ringSize),
 		revc:        make(chan struct{}),
-		watchers:    make(map[*cacheWatcher]struct{}),
+		watchers:    make(map[*Watcher]struct{}),
 		progressc:   make(chan struct{}, 1),
 		stopc:       make(chan struct{}),
 		donec:       make(chan struct{}),
 	}
 	if r == resources.Pods {
 		c.byNode = make(map[string]map[string]*entry)
-		c.nodeWatchers = make(map[string]map[*cacheWatcher]struct{})
+		c.nodeWatchers = make(map[string]map[*Watcher]struct{})
 	}
 	return c
 }

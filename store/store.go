@@ -75,9 +75,11 @@ const (
 	// a full ring is about 2 MiB.
 	defaultRingSize = 10000
 	// defaultWatchBuffer is the number of events a watcher may fall behind
-	// before it is closed. Large enough to absorb bursts, small enough that
-	// thousands of idle watchers cost little memory.
-	defaultWatchBuffer = 128
+	// before it is closed: a controller's watch of every pod absorbs a
+	// burst of a thousand pod changes. A watcher's queue holds memory only
+	// for the events waiting in it (32 bytes each; the objects are the
+	// cache's), so idle watchers cost nothing for it.
+	defaultWatchBuffer = 1024
 )
 
 // Store is typed object storage over etcd with one watch cache per resource.

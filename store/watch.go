@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/watch"
@@ -33,13 +34,17 @@ const futureWait = 3 * time.Second
 // DELETED events of real deletions carry the last state with the deletion's
 // revision. Event objects are shared: READ-ONLY.
 //
-// Each watcher has a bounded buffer beyond its initial events, and no
-// goroutine; a consumer that falls behind by more than that is dropped: its
-// result channel is closed after the buffered events, and it should resume
-// from the last resourceVersion it saw. The result channel is also closed,
-// after the buffered events, when ctx ends, Stop is called, or the store
-// closes. Stop is idempotent and safe to call concurrently.
-func (s *Store) Watch(ctx context.Context, r *resources.Resource, namespace string, rv int64, sel Selector) (watch.Interface, error) {
+// Each watcher queues its events with no goroutine of its own, and holds
+// memory only for events waiting to be received. A consumer that falls
+// behind by more than a bound (the initial events plus a buffer) is
+// dropped: it receives what is queued, then the end, and should resume
+// from the last resourceVersion it saw. The watch also ends when ctx ends,
+// Stop is called, or the store closes. Stop is idempotent and safe to call
+// concurrently.
+//
+// Besides ResultChan, the Watcher has Ready and Take, which receive its
+// events without a goroutine.
+func (s *Store) Watch(ctx context.Context, r *resources.Resource, namespace string, rv int64, sel Selector) (*Watcher, error) {
 	c, err := s.cacheFor(r)
 	if err != nil {
 		return nil, err
@@ -90,28 +95,129 @@ func (s *Store) waitFuture(ctx context.Context, c *cache, rv int64) error {
 	return nil
 }
 
-// cacheWatcher is one Watch. It has no goroutine of its own: its result
-// channel is buffered, starts with the initial events, and the dispatcher
-// (holding cache.mu) adds each live event without blocking. Removing the
-// watcher (Stop, ctx's end, a full buffer, the cache stopping) closes the
-// channel after what is buffered.
-type cacheWatcher struct {
+// Watcher is one Watch: a watch.Interface. It has no goroutine of its own: it starts with the
+// initial events queued, and the dispatcher (holding cache.mu) queues each
+// live event without blocking. Its queue holds no memory while empty, so
+// thousands of idle watchers cost little, and a burst costs only while it
+// waits. Removing the watcher (Stop, ctx's end, a queue over its bound,
+// the cache stopping) ends it after what is queued.
+type Watcher struct {
 	c       *cache
 	m       matcher
-	result  chan watch.Event // closed by cache.removeLocked
-	removed bool             // guarded by c.mu
+	limit   int  // most events queued at once; more and it is removed
+	removed bool // guarded by c.mu
 	// stopAfter unregisters the ctx callback that removes the watcher.
 	stopAfter func() bool
+	done      <-chan struct{} // ctx's
+
+	mu    sync.Mutex
+	queue []watch.Event // waiting, oldest first; guarded by mu
+	ended bool          // nothing more will be queued; guarded by mu
+	ready chan struct{} // one token: events are waiting or it ended
+
+	stopped  chan struct{} // closed by Stop
+	stopOnce sync.Once
+	chOnce   sync.Once
+	ch       chan watch.Event // see ResultChan
 }
 
-var _ watch.Interface = (*cacheWatcher)(nil)
+var _ watch.Interface = (*Watcher)(nil)
 
-// ResultChan returns the event channel.
-func (w *cacheWatcher) ResultChan() <-chan watch.Event { return w.result }
+// Ready receives a value when events are waiting or the watch has ended;
+// then Take returns them.
+func (w *Watcher) Ready() <-chan struct{} { return w.ready }
 
-// Stop ends the watch: the result channel is closed after the events
-// already buffered.
-func (w *cacheWatcher) Stop() { w.c.remove(w) }
+// Take returns the waiting events, oldest first, and whether the watch
+// still runs: false means these are its last events. It does not block,
+// and may return none. buf, if not nil, is reused for the next events: a
+// caller passes back the slice it got once it is done with the events.
+func (w *Watcher) Take(buf []watch.Event) ([]watch.Event, bool) {
+	clear(buf)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	evs := w.queue
+	w.queue = buf[:0]
+	return evs, !w.ended
+}
+
+// ResultChan returns a channel of the events; it closes when the watch
+// ends, after every event queued. Its first call starts a goroutine that
+// moves the events to it; that goroutine also ends, without handing over
+// what is still queued, when Stop is called or the watch's context ends.
+func (w *Watcher) ResultChan() <-chan watch.Event {
+	w.chOnce.Do(func() {
+		w.ch = make(chan watch.Event)
+		go w.pump()
+	})
+	return w.ch
+}
+
+// pump moves the events to ch; see ResultChan.
+func (w *Watcher) pump() {
+	defer close(w.ch)
+	var buf []watch.Event
+	for {
+		select {
+		case <-w.ready:
+		case <-w.stopped:
+			return
+		case <-w.done:
+			return
+		}
+		evs, open := w.Take(buf)
+		for _, ev := range evs {
+			select {
+			case w.ch <- ev:
+			case <-w.stopped:
+				return
+			case <-w.done:
+				return
+			}
+		}
+		if !open {
+			return
+		}
+		buf = evs
+	}
+}
+
+// Stop ends the watch.
+func (w *Watcher) Stop() {
+	w.stopOnce.Do(func() { close(w.stopped) })
+	w.c.remove(w)
+}
+
+// push queues ev unless the watcher ended; false if its queue is at its
+// bound (the caller removes it).
+func (w *Watcher) push(ev watch.Event) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.ended {
+		return true
+	}
+	if len(w.queue) >= w.limit {
+		return false
+	}
+	w.queue = append(w.queue, ev)
+	w.signal()
+	return true
+}
+
+// end marks the watcher ended: Take reports it once the queue is taken.
+func (w *Watcher) end() {
+	w.mu.Lock()
+	w.ended = true
+	w.signal()
+	w.mu.Unlock()
+}
+
+// signal leaves a token in ready unless one is there. Called with w.mu.
+func (w *Watcher) signal() {
+	select {
+	case w.ready <- struct{}{}:
+	default:
+	}
+}
 
 // addWatcher registers a watcher starting after rv (0: synthetic ADDED
 // events for the current state) with room for buffer pending events beyond
@@ -119,8 +225,8 @@ func (w *cacheWatcher) Stop() { w.c.remove(w) }
 // does not hold decoded read from etcd, without the lock; the events that
 // happen meanwhile are added before the watcher is registered, so it
 // misses none.
-func (c *cache) addWatcher(ctx context.Context, m matcher, rv int64, buffer int) (*cacheWatcher, error) {
-	w := &cacheWatcher{c: c, m: m}
+func (c *cache) addWatcher(ctx context.Context, m matcher, rv int64, buffer int) (*Watcher, error) {
+	w := &Watcher{c: c, m: m, done: ctx.Done(), ready: make(chan struct{}, 1), stopped: make(chan struct{})}
 	c.mu.Lock()
 	if err := c.checkStartLocked(rv); err != nil {
 		c.mu.Unlock()
@@ -177,9 +283,10 @@ func (c *cache) addWatcher(ctx context.Context, m matcher, rv int64, buffer int)
 	}
 	more, _ := c.complete(ctx, replay) // reads nothing: cannot fail
 	initial = append(initial, more...)
-	w.result = make(chan watch.Event, len(initial)+buffer)
-	for _, e := range initial {
-		w.result <- e
+	w.limit = len(initial) + buffer
+	if len(initial) > 0 {
+		w.queue = initial
+		w.signal()
 	}
 	c.registerLocked(w)
 	w.stopAfter = context.AfterFunc(ctx, func() { c.remove(w) })
@@ -210,7 +317,7 @@ func addedEvents(objs []resources.Object) []watch.Event {
 
 // replayAfter returns what this watcher sees of the ring's events after
 // rev. Called with c.mu held.
-func (w *cacheWatcher) replayAfter(rev int64) []replayed {
+func (w *Watcher) replayAfter(rev int64) []replayed {
 	var out []replayed
 	for i := w.c.ring.after(rev); i < w.c.ring.n; i++ {
 		if r, ok := w.replay(w.c.ring.at(i)); ok {
@@ -275,7 +382,7 @@ func (c *cache) complete(ctx context.Context, replay []replayed) ([]watch.Event,
 // (last false) or with the replaced version's state at the event's
 // revision (last true, for real deletions and for objects that stopped
 // matching). ok is false if the watcher sees nothing.
-func (w *cacheWatcher) sees(ev *event) (typ watch.EventType, last, ok bool) {
+func (w *Watcher) sees(ev *event) (typ watch.EventType, last, ok bool) {
 	switch ev.typ {
 	case watch.Added:
 		if w.m.matches(ev.cur) {
@@ -302,7 +409,7 @@ func (w *cacheWatcher) sees(ev *event) (typ watch.EventType, last, ok bool) {
 }
 
 // replay is what this watcher sees of a past event; see replayed.
-func (w *cacheWatcher) replay(ev *event) (replayed, bool) {
+func (w *Watcher) replay(ev *event) (replayed, bool) {
 	typ, last, ok := w.sees(ev)
 	if !ok {
 		return replayed{}, false
@@ -363,7 +470,7 @@ func (d *dispatch) lastState() (resources.Object, bool) {
 	return d.last, true
 }
 
-func (c *cache) sendLocked(w *cacheWatcher, d *dispatch) {
+func (c *cache) sendLocked(w *Watcher, d *dispatch) {
 	typ, last, ok := w.sees(d.ev)
 	if !ok {
 		return
@@ -378,37 +485,35 @@ func (c *cache) sendLocked(w *cacheWatcher, d *dispatch) {
 	} else {
 		obj = d.ev.cur.obj
 	}
-	select {
-	case w.result <- watch.Event{Type: typ, Object: obj}:
-	default:
-		c.lg.Warn("watcher fell behind, closing it", "bufferedEvents", cap(w.result), "revision", d.ev.rev)
+	if !w.push(watch.Event{Type: typ, Object: obj}) {
+		c.lg.Warn("watcher fell behind, closing it", "queuedEvents", w.limit, "revision", d.ev.rev)
 		c.removeLocked(w)
 	}
 }
 
-func (c *cache) registerLocked(w *cacheWatcher) {
+func (c *cache) registerLocked(w *Watcher) {
 	if !w.m.hasNode || c.nodeWatchers == nil {
 		c.watchers[w] = struct{}{}
 		return
 	}
 	ws := c.nodeWatchers[w.m.node]
 	if ws == nil {
-		ws = make(map[*cacheWatcher]struct{})
+		ws = make(map[*Watcher]struct{})
 		c.nodeWatchers[w.m.node] = ws
 	}
 	ws[w] = struct{}{}
 }
 
 // remove unregisters w; see removeLocked.
-func (c *cache) remove(w *cacheWatcher) {
+func (c *cache) remove(w *Watcher) {
 	c.mu.Lock()
 	c.removeLocked(w)
 	c.mu.Unlock()
 }
 
-// removeLocked unregisters w and closes its result channel; what is
-// buffered can still be received. Idempotent.
-func (c *cache) removeLocked(w *cacheWatcher) {
+// removeLocked unregisters w and ends it; what is queued can still be
+// received. Idempotent.
+func (c *cache) removeLocked(w *Watcher) {
 	if w.removed {
 		return
 	}
@@ -423,7 +528,7 @@ func (c *cache) removeLocked(w *cacheWatcher) {
 	} else {
 		delete(c.watchers, w)
 	}
-	close(w.result)
+	w.end()
 	if w.stopAfter != nil {
 		w.stopAfter()
 	}
