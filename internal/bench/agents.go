@@ -136,6 +136,9 @@ type fleetTarget struct {
 	// realHeartbeat makes the agents post their Node status at the real
 	// agent's period instead of nodeStatusPeriod.
 	realHeartbeat bool
+	// ownConns gives every agent its own transport, so its own
+	// connection, instead of the fleet's shared one.
+	ownConns bool
 	// static, when set, is told which agents run (runs without gossip).
 	static *nodelifecycle.StaticMembership
 }
@@ -144,6 +147,7 @@ type fleetTarget struct {
 type simAgent struct {
 	name   string
 	api    client.Interface // the agent's own client
+	tr     *http2.Transport // its own transport with ownConns, else nil
 	member *gossip.Member   // nil without gossip
 	done   chan error
 
@@ -154,10 +158,10 @@ type simAgent struct {
 // fleet is simulated nodes running in this process.
 type fleet struct {
 	target fleetTarget
-	tr     *http2.Transport
+	tr     *http2.Transport // shared by the agents, unless target.ownConns
 	lat    *latencies
-	dials  atomic.Int64 // connections the shared transport opened
-	api    byteCount    // what the shared transport's connections carried
+	dials  atomic.Int64 // connections the agents' transports opened
+	api    byteCount    // what the agents' connections carried
 	gtr    gossip.Traffic
 	glog   *gossipRecorder
 	log    *slog.Logger
@@ -212,12 +216,20 @@ func startFleet(ctx context.Context, t fleetTarget, names []string, log *slog.Lo
 }
 
 func (f *fleet) start(ctx context.Context, name string) (*simAgent, error) {
+	tr, own := f.tr, (*http2.Transport)(nil)
+	if f.target.ownConns {
+		var err error
+		if own, err = agentTransport(f.target.caPEM, &f.dials, &f.api); err != nil {
+			return nil, err
+		}
+		tr = own
+	}
 	h, err := client.NewHTTP(client.Config{Server: f.target.url, Token: f.target.token(name),
-		UserAgent: "everynode-bench-agent", Transport: f.tr, Protobuf: true})
+		UserAgent: "everynode-bench-agent", Transport: tr, Protobuf: true})
 	if err != nil {
 		return nil, err
 	}
-	a := &simAgent{name: name, api: h, done: make(chan error, 1)}
+	a := &simAgent{name: name, api: h, tr: own, done: make(chan error, 1)}
 	if f.target.gossipKey != nil {
 		cfg := gossip.DefaultLANConfig()
 		if f.target.gossipProfile != "" {
@@ -363,6 +375,9 @@ func (f *fleet) stop() {
 				a.cancel = nil
 				if a.member != nil {
 					a.member.Close()
+				}
+				if a.tr != nil {
+					a.tr.CloseIdleConnections()
 				}
 			}()
 		}

@@ -84,6 +84,10 @@ type Config struct {
 	// agents (gossip.ProfileLAN when empty); with ProfileWAN the server
 	// also pings the agents' API connections less often.
 	GossipProfile string
+	// OwnConnections gives every simulated agent its own HTTP/2 connection,
+	// as real nodes have, instead of one pool per process: the server then
+	// holds a TLS connection, its HTTP/2 state and its goroutines per node.
+	OwnConnections bool
 	// IdleTraffic, when > 0, measures the fleet's idle network traffic per
 	// agent over that long once every pod runs: the API connections (watch,
 	// heartbeats, HTTP/2 pings) and gossip, in and out. The agents then post
@@ -130,12 +134,14 @@ type FloorTrial struct {
 // Result is what a run measured. Durations are seconds, sizes MiB; zero
 // means not measured (see Notes).
 type Result struct {
-	Nodes         int       `json:"nodes"`
-	Gossip        bool      `json:"gossip"`
-	GossipProfile string    `json:"gossip_profile,omitempty"`
-	Started       time.Time `json:"started"`
-	LoadAvgStart  string    `json:"loadavg_start"`
-	LoadAvgEnd    string    `json:"loadavg_end"`
+	Nodes         int    `json:"nodes"`
+	Gossip        bool   `json:"gossip"`
+	GossipProfile string `json:"gossip_profile,omitempty"`
+	// OwnConnections: each agent had its own connection (Config).
+	OwnConnections bool      `json:"own_connections,omitempty"`
+	Started        time.Time `json:"started"`
+	LoadAvgStart   string    `json:"loadavg_start"`
+	LoadAvgEnd     string    `json:"loadavg_end"`
 
 	// RegisterS: agents started → every Node registered and Ready.
 	RegisterS float64 `json:"register_s"`

@@ -65,9 +65,11 @@ type childSpec struct {
 	// GossipProfile is the members' profile ("" is lan).
 	GossipProfile string `json:"gossip_profile,omitempty"`
 	// RealHeartbeat: post Node status at the real agent's period.
-	RealHeartbeat bool        `json:"real_heartbeat,omitempty"`
-	Nodes         []childNode `json:"nodes,omitempty"`
-	Burn          int         `json:"burn,omitempty"`
+	RealHeartbeat bool `json:"real_heartbeat,omitempty"`
+	// OwnConnections: one HTTP/2 connection per agent.
+	OwnConnections bool        `json:"own_connections,omitempty"`
+	Nodes          []childNode `json:"nodes,omitempty"`
+	Burn           int         `json:"burn,omitempty"`
 }
 
 // childNode is one simulated node: its name and node credential.
@@ -123,7 +125,7 @@ func ServeAgents(ctx context.Context, in io.ReadCloser, out io.Writer, log *slog
 			return startBurner(spec.Burn), nil
 		}
 		t := fleetTarget{url: spec.Server, caPEM: spec.CAPEM, gossipKey: spec.GossipKey, seeds: spec.Seeds,
-			gossipProfile: spec.GossipProfile, realHeartbeat: spec.RealHeartbeat}
+			gossipProfile: spec.GossipProfile, realHeartbeat: spec.RealHeartbeat, ownConns: spec.OwnConnections}
 		tokens := make(map[string]string, len(spec.Nodes))
 		names := make([]string, len(spec.Nodes))
 		for i, n := range spec.Nodes {

@@ -122,6 +122,8 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	victim := names[len(names)/2]
 	target := srv.fleetTarget()
 	target.realHeartbeat = cfg.IdleTraffic > 0 || cfg.IdleCPU > 0
+	target.ownConns = cfg.OwnConnections
+	res.OwnConnections = cfg.OwnConnections
 	var fl agentFleet
 	var pf *procFleet
 	agentsCPU := func() float64 { return 0 }

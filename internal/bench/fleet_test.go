@@ -192,6 +192,31 @@ func TestRunSmallFleetAgentProcsStatic(t *testing.T) {
 	}
 }
 
+// With OwnConnections every simulated agent dials its own connection, as
+// real nodes do; without it, the agents of a process share a pool (one
+// connection each for this many streams).
+func TestRunOwnConnections(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a server and 2 agent child processes")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	const nodes = 6
+	for _, own := range []bool{false, true} {
+		res, err := Run(ctx, Config{Nodes: nodes, AgentProcs: 2, AgentsCommand: agentsChildCommand, Dir: t.TempDir(),
+			Timeout: time.Minute, OwnConnections: own})
+		if err != nil {
+			t.Fatalf("Run (own connections %v): %v", own, err)
+		}
+		if res.PodsRunning != nodes || res.OwnConnections != own {
+			t.Errorf("own connections %v: result %+v: want %d pods Running and own_connections %v", own, *res, nodes, own)
+		}
+		if shared := res.Connections < nodes; shared == own {
+			t.Errorf("own connections %v: %d connections for %d agents", own, res.Connections, nodes)
+		}
+	}
+}
+
 // TestRunUnreachableRollout: 20 nodes, 5 % (one node) stopped mid-rollout
 // with maxUnavailable 10 % (two), a 1-second grace. everynode's rule: every
 // reachable node is updated and the status reads complete, the condition

@@ -273,7 +273,7 @@ func (p *procFleet) start(ctx context.Context, t fleetTarget, names []string) er
 	return p.eachN(n, func(i int, c *procChild) error {
 		share := names[i*len(names)/k : (i+1)*len(names)/k]
 		spec := childSpec{Server: t.url, CAPEM: t.caPEM, GossipKey: t.gossipKey, Seeds: t.seeds, GossipProfile: t.gossipProfile,
-			RealHeartbeat: t.realHeartbeat, Nodes: make([]childNode, len(share))}
+			RealHeartbeat: t.realHeartbeat, OwnConnections: t.ownConns, Nodes: make([]childNode, len(share))}
 		for j, n := range share {
 			spec.Nodes[j] = childNode{Name: n, Token: t.token(n)}
 		}

@@ -38,6 +38,7 @@ type benchFleetCommand struct {
 	agentProcs, cpuLoad            int
 	unreachable                    int
 	unreachableBlocks              bool
+	ownConns                       bool
 
 	level slog.Level
 }
@@ -55,6 +56,7 @@ func (c *benchFleetCommand) flags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.agentBin, "agent-binary", "", "binary run as the separate agent process (default: everynode-agent next to this binary, else this one; \"none\" skips agent_rss_mb)")
 	fs.DurationVar(&c.soak, "soak", 0, "keep the fleet running this long after the timed phases, counting false NotReady")
 	fs.DurationVar(&c.idle, "agent-idle", bench.DefaultAgentIdle, "how long the separate agent process idles before its RSS is read")
+	fs.BoolVar(&c.ownConns, "own-connections", false, "give every simulated agent its own HTTP/2 connection, as real nodes have (default: one connection pool per process)")
 	fs.IntVar(&c.agentProcs, "agent-procs", 0, "run the simulated agents in K child processes (0: in this process, for profiling), so server_rss_mb is the server's own")
 	fs.IntVar(&c.cpuLoad, "cpu-load", 0, "keep N goroutines busy in a separate child process from all Nodes Ready to the end of the run")
 	fs.StringVar(&c.gossipProfile, "gossip-profile", gossip.ProfileLAN, "gossip profile of the server and the simulated nodes: lan, wan or local (with wan the server pings the agents' API connections every 10 s instead of 1 s)")
@@ -109,7 +111,8 @@ func (c *benchFleetCommand) Run(ctx context.Context, std IO) error {
 	log := slog.New(slog.NewTextHandler(std.Err, &slog.HandlerOptions{Level: c.level}))
 	cfg := bench.Config{Nodes: c.nodes, Gossip: c.gsp, Rollout: c.rollout, Detect: c.detect, AgentIdle: c.idle, Soak: c.soak, Logger: log,
 		GossipProfile: c.gossipProfile, IdleTraffic: c.idleTraffic, IdleSettle: c.idleSettle, IdleCPU: c.idleCPU,
-		AgentProcs: c.agentProcs, MemoryLimit: c.memoryLimit, CPULoad: c.cpuLoad, RolloutUnreachable: c.unreachable, UnreachableBlocks: c.unreachableBlocks}
+		AgentProcs: c.agentProcs, MemoryLimit: c.memoryLimit, CPULoad: c.cpuLoad, RolloutUnreachable: c.unreachable, UnreachableBlocks: c.unreachableBlocks,
+		OwnConnections: c.ownConns}
 	if c.agentProcs > 0 || c.cpuLoad > 0 {
 		self, err := os.Executable()
 		if err != nil {
