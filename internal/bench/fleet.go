@@ -172,6 +172,9 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		return nil, err
 	}
 	res.Connections = rep.Dials
+	if !cfg.OwnConnections && rep.Dials < cfg.Nodes {
+		res.Notes = append(res.Notes, fmt.Sprintf("the simulated agents shared %d connections to the server; real nodes have one each, which costs the server more memory: --own-connections measures that", rep.Dials))
+	}
 
 	var load *procChild
 	if cfg.CPULoad > 0 {

@@ -214,6 +214,10 @@ func TestRunOwnConnections(t *testing.T) {
 		if shared := res.Connections < nodes; shared == own {
 			t.Errorf("own connections %v: %d connections for %d agents", own, res.Connections, nodes)
 		}
+		noted := slices.ContainsFunc(res.Notes, func(n string) bool { return strings.Contains(n, "--own-connections") })
+		if noted == own {
+			t.Errorf("own connections %v: notes %q: want the shared connections noted only when shared", own, res.Notes)
+		}
 	}
 }
 
