@@ -213,6 +213,7 @@ func everyFlag() []flagCase {
 		{"bench fleet", "idle-cpu", "", "0s", "--agent-procs 2 --idle-cpu 30s", "idleCPU", 30 * time.Second},
 		{"bench fleet", "idle-cpuprofile", "", "", "--agent-procs 2 --idle-cpu 30s --idle-cpuprofile a.pprof", "idleCPUProfile", "a.pprof"},
 		{"bench fleet", "unreachable-blocks", "", "false", "--rollout-unreachable 5 --unreachable-blocks", "unreachableBlocks", true},
+		{"bench fleet", "own-connections", "", "false", "--own-connections", "ownConns", true},
 		{"bench agents", "log-level", "", "warn", "--log-level info", "logLevel", "info"},
 		{"bench report", "output", "o", "", "r.json -o out.md", "outPath", "out.md"},
 		{"bench report", "command", "", "make bench-fleet", "r.json --command x", "command", "x"},
