@@ -143,17 +143,9 @@ func (st *watchStream) run(ctx, serverCtx context.Context, stop <-chan struct{},
 		if !open {
 			return
 		}
-		// A watch idles for most of its life: keep no large buffer.
-		if clear(evs); cap(evs) <= maxKeptEvents {
-			buf = evs[:0]
-		} else {
-			buf = nil
-		}
+		buf = evs
 	}
 }
-
-// maxKeptEvents is the largest event buffer an idle watch keeps for reuse.
-const maxKeptEvents = 16
 
 // watchObjects opens a watch for an in-process caller. The returned
 // watcher's channel closes when the store watch ends, ctx ends, the server

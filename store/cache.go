@@ -93,8 +93,8 @@ type event struct {
 // resource's key prefix. Readers share the cached objects; nobody mutates
 // them. The ring holds decoded objects only of current versions (see entry).
 //
-// Lock order: cache.mu is the only lock; watcher channels are sent to with
-// select-default while holding it, so the dispatcher never blocks.
+// Lock order: cache.mu, then a Watcher's mu, never the reverse; the
+// dispatcher queues events holding both and never blocks.
 type cache struct {
 	r           *resources.Resource
 	fieldNames  []string // fieldNames(r), shared by every entry

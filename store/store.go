@@ -74,11 +74,13 @@ const (
 	// version costs about 200 bytes (its selector data, not the object), so
 	// a full ring is about 2 MiB.
 	defaultRingSize = 10000
-	// defaultWatchBuffer is the number of events a watcher may fall behind
-	// before it is closed: a controller's watch of every pod absorbs a
-	// burst of a thousand pod changes. A watcher's queue holds memory only
-	// for the events waiting in it (32 bytes each; the objects are the
-	// cache's), so idle watchers cost nothing for it.
+	// defaultWatchBuffer is the number of events that may wait in a
+	// watcher's queue (beyond its initial events) before it is closed: a
+	// controller's watch of every pod absorbs a burst of a thousand pod
+	// changes. A consumer also holds the batch it took last, so it may lag
+	// by up to twice that. The queue holds memory only for the events
+	// waiting in it (32 bytes each, plus the slice's growth; the objects are
+	// the cache's), so idle watchers cost nothing for it.
 	defaultWatchBuffer = 1024
 )
 

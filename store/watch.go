@@ -35,15 +35,15 @@ const futureWait = 3 * time.Second
 // revision. Event objects are shared: READ-ONLY.
 //
 // Each watcher queues its events with no goroutine of its own, and holds
-// memory only for events waiting to be received. A consumer that falls
-// behind by more than a bound (the initial events plus a buffer) is
+// memory only for events waiting to be received. A consumer that lets more
+// than a bound (the initial events plus a buffer) wait in the queue is
 // dropped: it receives what is queued, then the end, and should resume
 // from the last resourceVersion it saw. The watch also ends when ctx ends,
 // Stop is called, or the store closes. Stop is idempotent and safe to call
 // concurrently.
 //
-// Besides ResultChan, the Watcher has Ready and Take, which receive its
-// events without a goroutine.
+// Ready and Take receive the events without a goroutine; ResultChan starts
+// one (see there).
 func (s *Store) Watch(ctx context.Context, r *resources.Resource, namespace string, rv int64, sel Selector) (*Watcher, error) {
 	c, err := s.cacheFor(r)
 	if err != nil {
@@ -95,9 +95,10 @@ func (s *Store) waitFuture(ctx context.Context, c *cache, rv int64) error {
 	return nil
 }
 
-// Watcher is one Watch: a watch.Interface. It has no goroutine of its own: it starts with the
-// initial events queued, and the dispatcher (holding cache.mu) queues each
-// live event without blocking. Its queue holds no memory while empty, so
+// Watcher is one Watch: a watch.Interface. It starts with the initial
+// events queued, and the dispatcher (holding cache.mu) queues each live
+// event without blocking; it has no goroutine unless ResultChan is called.
+// An empty queue keeps at most a small array for reuse (see Take), so
 // thousands of idle watchers cost little, and a burst costs only while it
 // waits. Removing the watcher (Stop, ctx's end, a queue over its bound,
 // the cache stopping) ends it after what is queued.
@@ -129,10 +130,15 @@ func (w *Watcher) Ready() <-chan struct{} { return w.ready }
 
 // Take returns the waiting events, oldest first, and whether the watch
 // still runs: false means these are its last events. It does not block,
-// and may return none. buf, if not nil, is reused for the next events: a
-// caller passes back the slice it got once it is done with the events.
+// and may return none. A caller passes back the slice it got once it is
+// done with the events: cleared, it becomes the queue for the next ones,
+// unless it is larger than maxKeptEvents (a burst's), which is left to the
+// collector.
 func (w *Watcher) Take(buf []watch.Event) ([]watch.Event, bool) {
 	clear(buf)
+	if cap(buf) > maxKeptEvents {
+		buf = nil
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	evs := w.queue
@@ -140,10 +146,15 @@ func (w *Watcher) Take(buf []watch.Event) ([]watch.Event, bool) {
 	return evs, !w.ended
 }
 
+// maxKeptEvents is the largest array Take keeps as an idle watcher's queue.
+const maxKeptEvents = 16
+
 // ResultChan returns a channel of the events; it closes when the watch
 // ends, after every event queued. Its first call starts a goroutine that
 // moves the events to it; that goroutine also ends, without handing over
 // what is still queued, when Stop is called or the watch's context ends.
+// A caller that stops reading must call Stop or end the context, as with
+// any watch.Interface: otherwise the goroutine waits for it.
 func (w *Watcher) ResultChan() <-chan watch.Event {
 	w.chOnce.Do(func() {
 		w.ch = make(chan watch.Event)
@@ -211,7 +222,8 @@ func (w *Watcher) end() {
 	w.mu.Unlock()
 }
 
-// signal leaves a token in ready unless one is there. Called with w.mu.
+// signal leaves a token in ready unless one is there. Called with w.mu,
+// or before the watcher is registered.
 func (w *Watcher) signal() {
 	select {
 	case w.ready <- struct{}{}:

@@ -419,7 +419,7 @@ func TestWatchStopAndContext(t *testing.T) {
 	}
 }
 
-// TestWatchersHaveNoGoroutines: a watcher costs its buffer, not a
+// TestWatchersHaveNoGoroutines: a watcher costs its queue, not a
 // goroutine, so a thousand agents' watches do not cost a thousand stacks;
 // the dispatcher still delivers to all of them.
 func TestWatchersHaveNoGoroutines(t *testing.T) {
