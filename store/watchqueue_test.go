@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"fmt"
 	"runtime"
 	"testing"
@@ -120,31 +121,64 @@ func heapInUse() uint64 {
 	return m.HeapAlloc
 }
 
-// ResultChan's goroutine ends when the watcher is stopped, even if nobody
-// reads the channel any more.
-func TestResultChanClosesAfterStopWithoutAReader(t *testing.T) {
+// ResultChan's goroutine ends when the watcher is stopped, though nobody
+// reads the channel any more: it is not left waiting to hand over the
+// events still queued. Counted by stack, as in TestWatchersHaveNoGoroutines.
+func TestResultChanGoroutineEndsAtStopWithoutAReader(t *testing.T) {
 	s := openTest(t)
-	ctx := testCtx(t)
-	w, err := s.Watch(ctx, resources.Pods, "", 0, Selector{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ch := w.ResultChan()
-	for i := range 3 {
-		mustCreate(t, s, resources.Pods, newPod("default", fmt.Sprintf("p%d", i), "", nil))
-	}
-	// The first event is being handed over; the rest wait.
-	time.Sleep(100 * time.Millisecond)
-	w.Stop()
-	deadline := time.After(10 * time.Second)
-	for {
-		select {
-		case _, ok := <-ch:
-			if !ok {
-				return
+	ctx := context.Background() // no context ending to rescue it
+	for _, fellBehind := range []bool{false, true} {
+		t.Run(fmt.Sprintf("fell behind %v", fellBehind), func(t *testing.T) {
+			before := storeGoroutines()
+			w, err := s.Watch(ctx, resources.Pods, "", 0, Selector{})
+			if err != nil {
+				t.Fatal(err)
 			}
-		case <-deadline:
-			t.Fatal("ResultChan still open 10 s after Stop")
-		}
+			w.ResultChan() // started, never read
+			n := 3
+			if fellBehind {
+				n = defaultWatchBuffer + 2
+			}
+			for i := range n {
+				mustCreate(t, s, resources.Pods, newPod("default", fmt.Sprintf("p%v-%d", fellBehind, i), "", nil))
+			}
+			w.Stop()
+			deadline := time.Now().Add(10 * time.Second)
+			for storeGoroutines() > before {
+				if time.Now().After(deadline) {
+					t.Fatalf("%d goroutines running store code 10 s after Stop, %d before the watch", storeGoroutines(), before)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		})
+	}
+}
+
+// Ending a watcher with nothing queued wakes its consumer: Ready gets a
+// token and Take reports the end.
+func TestEndWakesAnIdleWatcher(t *testing.T) {
+	s := openTest(t)
+	for name, end := range map[string]func(w *Watcher, cancel context.CancelFunc){
+		"Stop":        func(w *Watcher, _ context.CancelFunc) { w.Stop() },
+		"context end": func(_ *Watcher, cancel context.CancelFunc) { cancel() },
+	} {
+		t.Run(name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(testCtx(t))
+			defer cancel()
+			w, err := s.Watch(ctx, resources.Pods, "none", 0, Selector{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-w.Ready():
+				t.Fatal("a watch of an empty namespace is ready before anything happened")
+			default:
+			}
+			end(w, cancel)
+			evs, open := takeNext(t, w)
+			if open || len(evs) != 0 {
+				t.Fatalf("Take after the end = %d events, open %v; want none and the end", len(evs), open)
+			}
+		})
 	}
 }
