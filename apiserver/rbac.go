@@ -46,8 +46,12 @@ var (
 	_ RuleSource = (*RBAC)(nil)
 )
 
-// NewRBAC returns the RBAC authorizer reading st. Its reads are consistent:
-// a binding is in force once its create returned.
+// NewRBAC returns the RBAC authorizer reading st's watch cache, as
+// kube-apiserver's reads informers: no etcd round trip per decision. The
+// cache has applied every write this server made before it answers, so a
+// binding written through this server is in force once its create returned;
+// one written through another server of the cluster, once that server's
+// write reached this one's cache (milliseconds).
 func NewRBAC(st *store.Store) *RBAC {
 	src := storeRBAC{st: st}
 	return &RBAC{
@@ -205,13 +209,14 @@ func fromKubeAttributes(ka authorizer.Attributes) Attributes {
 // with the reason when there is one (denied words it).
 func forbiddenBecause(a Attributes, reason string) error { return denied(a, reason) }
 
-// storeRBAC reads RBAC objects from the store for the rule resolver. A
-// missing role is the NotFound Kubernetes' listers return
+// storeRBAC reads RBAC objects from the store's watch cache for the rule
+// resolver (objects shared with the cache: read-only, as the resolver
+// treats them). A missing role is the NotFound Kubernetes' listers return
 // (`clusterrole.rbac.authorization.k8s.io "x" not found`).
 type storeRBAC struct{ st *store.Store }
 
 func (s storeRBAC) get(ctx context.Context, r *resources.Resource, namespace, name string) (resources.Object, error) {
-	obj, err := s.st.Get(ctx, r, namespace, name)
+	obj, err := s.st.GetCached(ctx, r, namespace, name)
 	if store.IsNotFound(err) {
 		return nil, apierrors.NewNotFound(schema.GroupResource{Group: rbacv1.GroupName, Resource: r.Singular}, name)
 	}
@@ -251,10 +256,10 @@ func typed[T resources.Object](obj resources.Object) (T, error) {
 	return t, nil
 }
 
-// listTyped lists r in namespace (objects shared with the store's cache:
-// read-only, as the rule resolver treats them).
+// listTyped lists r in namespace from the watch cache (objects shared with
+// it: read-only, as the rule resolver treats them).
 func listTyped[T resources.Object](ctx context.Context, st *store.Store, r *resources.Resource, namespace string) ([]T, error) {
-	objs, _, err := st.List(ctx, r, namespace, store.Selector{})
+	objs, _, err := st.ListCached(ctx, r, namespace, store.Selector{})
 	if err != nil {
 		return nil, err
 	}
