@@ -195,12 +195,23 @@ func (s *Server) decodeInto(w http.ResponseWriter, req *http.Request, gvk schema
 	return nil
 }
 
-// tokenObjects is the token validator's view of the store.
+// tokenObjects is the token validator's view of the store: the watch
+// cache, as kube-apiserver's token getter reads informers, so that
+// authenticating a token costs no etcd read. The cache holds every write
+// this server made before the read: a token dies the moment the delete of
+// its account or pod returned here. An object the cache lacks is read from
+// etcd, as the getter falls back to a live read, for one written through
+// another server moments ago.
 type tokenObjects struct{ st *store.Store }
 
+// getTyped reads namespace/name of r for the token validator (shared with
+// the cache: read-only, as the validator treats it).
 func getTyped[T resources.Object](ctx context.Context, st *store.Store, r *resources.Resource, namespace, name string) (T, error) {
 	var zero T
-	obj, err := st.Get(ctx, r, namespace, name)
+	obj, err := st.GetCached(ctx, r, namespace, name)
+	if store.IsNotFound(err) {
+		obj, err = st.Get(ctx, r, namespace, name)
+	}
 	if store.IsNotFound(err) {
 		return zero, apierrors.NewNotFound(r.GroupResource(), name)
 	}

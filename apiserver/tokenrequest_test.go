@@ -20,7 +20,7 @@ import (
 )
 
 // withTokens serves TokenRequest signed by a fresh key.
-func withTokens(t *testing.T) func(*Config) {
+func withTokens(t testing.TB) func(*Config) {
 	return func(c *Config) {
 		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 		if err != nil {

@@ -5,9 +5,12 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
+	"k8s.io/kubernetes/pkg/apis/core"
+	"k8s.io/kubernetes/pkg/serviceaccount"
 
 	"github.com/everynode/everynode/resources"
 	"github.com/everynode/everynode/store"
@@ -138,6 +141,74 @@ func BenchmarkRBACDecide(b *testing.B) {
 		d := rbacDecisions[i%len(rbacDecisions)]
 		if got, _, err := rbac.Decide(ctx, d.attrs); err != nil || got != d.want {
 			b.Fatalf("%v %v, want %v", got, err, d.want)
+		}
+	}
+}
+
+// newBoundToken is a store with a ServiceAccount apps/bot, a pod apps/p
+// running as it, the token authenticator, and a token bound to the pod.
+func newBoundToken(t testing.TB) (*store.Store, *ServiceAccountTokens, string) {
+	t.Helper()
+	cfg := &Config{Store: openStore(t)}
+	withTokens(t)(cfg)
+	st, tokens := cfg.Store, cfg.ServiceAccountTokens
+	ctx := testCtx(t)
+	sa, err := st.Create(ctx, resources.ServiceAccounts, &corev1.ServiceAccount{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "bot", UID: "sa-uid"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod, err := st.Create(ctx, resources.Pods, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "p", UID: "pod-uid"},
+		Spec:       corev1.PodSpec{ServiceAccountName: "bot", Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, pc, err := serviceaccount.Claims(
+		core.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "bot", UID: sa.GetUID()}},
+		&core.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "p", UID: pod.GetUID()}},
+		nil, nil, nil, nil, 3600, 0, []string{ServiceAccountIssuer}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := tokens.gen.GenerateToken(ctx, sc, pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st, tokens, tok
+}
+
+// TestServiceAccountTokensReadTheCache: checking that a pod's token's
+// account and pod still exist reads the watch cache, as kube-apiserver's
+// token getter reads informers, not etcd; a token dies the moment its pod's
+// delete returned.
+func TestServiceAccountTokensReadTheCache(t *testing.T) {
+	st, tokens, tok := newBoundToken(t)
+	const rounds = 100
+	before := etcdRanges(t)
+	for range rounds {
+		if name, _, ok := tokens.AuthenticateToken(tok); !ok || name != "system:serviceaccount:apps:bot" {
+			t.Fatalf("bound token: %q %v", name, ok)
+		}
+	}
+	if n := etcdRanges(t) - before; n > 20 {
+		t.Errorf("%d authentications read etcd %.0f times, want none", rounds, n)
+	}
+	if _, err := st.Delete(testCtx(t), resources.Pods, "apps", "p", nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, ok := tokens.AuthenticateToken(tok); ok {
+		t.Error("token bound to a deleted pod authenticated")
+	}
+}
+
+// BenchmarkServiceAccountToken measures authenticating a pod's token.
+func BenchmarkServiceAccountToken(b *testing.B) {
+	_, tokens, tok := newBoundToken(b)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, _, ok := tokens.AuthenticateToken(tok); !ok {
+			b.Fatal("not authenticated")
 		}
 	}
 }
