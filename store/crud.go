@@ -166,14 +166,35 @@ type kvState struct {
 // written and the current object (with its unchanged resourceVersion) is
 // returned. The resourceVersion of try's result is ignored: callers that need
 // a precondition check it inside try. try must keep namespace and name.
+//
+// The first read is the watch cache's copy when it has one, as
+// kube-apiserver's storage starts from its cached object: the write is
+// conditional on that version, so a copy that is out of date costs a failed
+// write, which returns the current version, and try runs again on it. What
+// try decides on a cached copy is not final either: when try fails, or
+// changes nothing, the object is read from etcd and try runs on that, so
+// errors and no-op answers are about the current object, as before.
 func (s *Store) GuaranteedUpdate(ctx context.Context, r *resources.Resource, namespace, name string,
 	try func(cur resources.Object) (resources.Object, error)) (resources.Object, error) {
 	key, err := keyOf(r, namespace, name)
 	if err != nil {
 		return nil, err
 	}
-	cur, curData, stale, err := s.get(ctx, r, key, namespace, name)
-	if err != nil {
+	var (
+		cur      resources.Object
+		curData  []byte
+		stale    bool
+		current  = true // cur was read from etcd, not the cache
+		readEtcd = func() error {
+			var err error
+			cur, curData, stale, err = s.get(ctx, r, key, namespace, name)
+			current = true
+			return err
+		}
+	)
+	if cur = s.cachedObject(r, key); cur != nil {
+		current = false
+	} else if err := readEtcd(); err != nil {
 		return nil, err
 	}
 	for {
@@ -187,6 +208,12 @@ func (s *Store) GuaranteedUpdate(ctx context.Context, r *resources.Resource, nam
 		}
 		next, err := try(in)
 		if err != nil {
+			if !current {
+				if err := readEtcd(); err != nil {
+					return nil, err
+				}
+				continue
+			}
 			return nil, err
 		}
 		if err := checkType(r, next); err != nil {
@@ -198,6 +225,20 @@ func (s *Store) GuaranteedUpdate(ctx context.Context, r *resources.Resource, nam
 		data, out, err := encode(r, next)
 		if err != nil {
 			return nil, err
+		}
+		if !current {
+			if curData, _, err = encode(r, cur); err != nil {
+				return nil, err
+			}
+			if bytes.Equal(data, curData) {
+				// No change to the cached copy: compare with the stored one.
+				if err := readEtcd(); err != nil {
+					return nil, err
+				}
+				if !bytes.Equal(data, curData) {
+					continue
+				}
+			}
 		}
 		if bytes.Equal(data, curData) && !stale {
 			return cur, nil
@@ -214,6 +255,7 @@ func (s *Store) GuaranteedUpdate(ctx context.Context, r *resources.Resource, nam
 		if latest == nil {
 			return nil, err
 		}
+		current = true
 		if curData, stale, err = s.atRest.fromStorage(r, key, latest.value); err != nil {
 			return nil, newError(Internal, r, namespace, name, fmt.Errorf("store: update %s: %w", key, err))
 		}
@@ -226,6 +268,10 @@ func (s *Store) GuaranteedUpdate(ctx context.Context, r *resources.Resource, nam
 // Delete removes an object if the preconditions hold (Conflict otherwise) and
 // returns its last state with the deletion's resourceVersion, as Kubernetes
 // does, so a watch can resume right after the delete.
+//
+// As GuaranteedUpdate, it starts from the watch cache's copy when there is
+// one: the delete is conditional on that version, and a precondition that
+// fails on it is checked again on the object read from etcd.
 func (s *Store) Delete(ctx context.Context, r *resources.Resource, namespace, name string, pre *Preconditions) (resources.Object, error) {
 	key, err := keyOf(r, namespace, name)
 	if err != nil {
@@ -237,20 +283,23 @@ func (s *Store) Delete(ctx context.Context, r *resources.Resource, namespace, na
 			return nil, newError(Invalid, r, namespace, name, fmt.Errorf("precondition: %w", err))
 		}
 	}
-	cur, _, _, err := s.get(ctx, r, key, namespace, name)
-	if err != nil {
-		return nil, err
+	cur, current := s.cachedObject(r, key), false // cur is read-only: it may be the cache's
+	if cur == nil {
+		if cur, _, _, err = s.get(ctx, r, key, namespace, name); err != nil {
+			return nil, err
+		}
+		current = true
 	}
 	for {
-		if pre != nil {
-			if pre.UID != "" && string(cur.GetUID()) != pre.UID {
-				return nil, newError(Conflict, r, namespace, name,
-					fmt.Errorf("precondition failed: UID in precondition: %s, UID in object meta: %s", pre.UID, cur.GetUID()))
+		if err := checkPreconditions(r, cur, pre, preRV); err != nil {
+			if current {
+				return nil, err
 			}
-			if preRV != 0 && cur.GetResourceVersion() != formatRV(preRV) {
-				return nil, newError(Conflict, r, namespace, name,
-					fmt.Errorf("precondition failed: ResourceVersion in precondition: %d, ResourceVersion in object meta: %s", preRV, cur.GetResourceVersion()))
+			if cur, _, _, err = s.get(ctx, r, key, namespace, name); err != nil {
+				return nil, err
 			}
+			current = true
+			continue
 		}
 		rev, _ := parseRV(cur.GetResourceVersion())
 		if err := notStarted(ctx); err != nil {
@@ -258,7 +307,7 @@ func (s *Store) Delete(ctx context.Context, r *resources.Resource, namespace, na
 		}
 		resp, err := s.client.Txn(ctx).
 			If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
-			Then(clientv3.OpDelete(key)).
+			Then(clientv3.OpDelete(key, clientv3.WithPrevKV())).
 			Else(clientv3.OpGet(key)).
 			Commit()
 		if err != nil {
@@ -266,8 +315,16 @@ func (s *Store) Delete(ctx context.Context, r *resources.Resource, namespace, na
 		}
 		if resp.Succeeded {
 			s.noteWritten(r, resp.Header.Revision)
-			cur.SetResourceVersion(formatRV(resp.Header.Revision))
-			return cur, nil
+			prev := resp.Responses[0].GetResponseDeleteRange().GetPrevKvs()
+			if len(prev) == 0 { // etcd returns what it deleted; cannot happen
+				return nil, newError(Internal, r, namespace, name, fmt.Errorf("store: delete %s: no previous value", key))
+			}
+			out, err := s.atRest.decode(r, prev[0].Key, prev[0].Value, prev[0].ModRevision)
+			if err != nil {
+				return nil, newError(Internal, r, namespace, name, fmt.Errorf("store: delete %s: %w", key, err))
+			}
+			out.SetResourceVersion(formatRV(resp.Header.Revision))
+			return out, nil
 		}
 		kvs := resp.Responses[0].GetResponseRange().GetKvs()
 		if len(kvs) == 0 {
@@ -276,7 +333,25 @@ func (s *Store) Delete(ctx context.Context, r *resources.Resource, namespace, na
 		if cur, err = s.atRest.decode(r, kvs[0].Key, kvs[0].Value, kvs[0].ModRevision); err != nil {
 			return nil, newError(Internal, r, namespace, name, fmt.Errorf("store: delete %s: %w", key, err))
 		}
+		current = true
 	}
+}
+
+// checkPreconditions is Delete's check of pre (preRV parsed) against cur.
+func checkPreconditions(r *resources.Resource, cur resources.Object, pre *Preconditions, preRV int64) error {
+	if pre == nil {
+		return nil
+	}
+	ns, name := cur.GetNamespace(), cur.GetName()
+	if pre.UID != "" && string(cur.GetUID()) != pre.UID {
+		return newError(Conflict, r, ns, name,
+			fmt.Errorf("precondition failed: UID in precondition: %s, UID in object meta: %s", pre.UID, cur.GetUID()))
+	}
+	if preRV != 0 && cur.GetResourceVersion() != formatRV(preRV) {
+		return newError(Conflict, r, ns, name,
+			fmt.Errorf("precondition failed: ResourceVersion in precondition: %d, ResourceVersion in object meta: %s", preRV, cur.GetResourceVersion()))
+	}
+	return nil
 }
 
 // notStarted is ctx's error if it has already ended: a write whose request

@@ -137,6 +137,22 @@ func sortObjects(items []resources.Object) {
 	})
 }
 
+// cachedObject is the watch cache's current copy of key (shared with the
+// cache: read-only), or nil when r's cache keeps no objects or has none
+// under key. It does not wait for the cache to catch up.
+func (s *Store) cachedObject(r *resources.Resource, key string) resources.Object {
+	c, err := s.cacheFor(r)
+	if err != nil || !c.keepObjects {
+		return nil
+	}
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if e := c.objects[key]; e != nil {
+		return e.obj
+	}
+	return nil
+}
+
 // GetCached returns one object from the watch cache, with ListCached's
 // freshness: every write to r this Store completed before the call is
 // reflected. The object is shared with the cache and READ-ONLY. For a

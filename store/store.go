@@ -60,6 +60,8 @@ type Config struct {
 
 	// unsafeNoFsync disables etcd's fsync; tests only.
 	unsafeNoFsync bool
+	// wrapKV, if set, wraps the etcd client's KV (tests count requests).
+	wrapKV func(clientv3.KV) clientv3.KV
 	// ringSize and watchBuffer override the watch cache sizes; tests only.
 	ringSize, watchBuffer int
 	// leaseReuse overrides leaseReuse when positive; tests only.
@@ -136,6 +138,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 			return nil, err
 		}
 		s.embedded, s.client = em, c
+	}
+	if cfg.wrapKV != nil {
+		s.client.KV = cfg.wrapKV(s.client.KV)
 	}
 
 	if cfg.EventTTL == 0 {
