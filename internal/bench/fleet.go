@@ -224,6 +224,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	if res.Writes, err = collectWrites(ctx, srv.etcd, hist.from, hist.to); err != nil {
 		return nil, err
 	}
+	res.Writes.Ranges = hist.ranges
 	res.Writes.summarise()
 
 	pods := floorWork(res.Writes.seqs)
@@ -283,10 +284,12 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		if err != nil {
 			return nil, fmt.Errorf("bench: etcd revision: %w", err)
 		}
+		ranges0 := etcdRanges()
 		if res.RolloutS, err = rollout(ctx, srv, cfg.Nodes, cfg.Timeout); err != nil {
 			return nil, err
 		}
 		res.RolloutCPUS, res.AgentsRolloutCPUS = cpuSeconds()-cpu0, agentsCPU()-acpu0
+		ranges := etcdRanges() - ranges0
 		after, err := srv.etcd.Get(ctx, "/", clientv3.WithCountOnly())
 		if err != nil {
 			return nil, fmt.Errorf("bench: etcd revision: %w", err)
@@ -295,6 +298,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		if err != nil {
 			return nil, err
 		}
+		ws.Ranges = ranges
 		ws.summariseRollout(cfg.Nodes)
 		res.RolloutWrites = &ws
 		log.Info("rolled out", "s", res.RolloutS)

@@ -92,6 +92,9 @@ func TestRunSmallFleet(t *testing.T) {
 		{"one pod create per node", res.Writes.PodCreates == nodes},
 		{"pod status updates seen", res.Writes.PodUpdates >= nodes},
 		{"the controller's events counted by reason", res.Writes.EventReasons["SuccessfulCreate"] > 0},
+		// Each pod's create and status update compare their key at least.
+		{"etcd ranges of convergence counted", res.Writes.Ranges >= 2*int64(nodes) && res.Writes.RangesPerPod >= 2},
+		{"etcd ranges of the rollout counted", res.RolloutWrites != nil && res.RolloutWrites.Ranges >= 2*int64(nodes)},
 		{"rollout_s > 0", res.RolloutS > 0},
 		{"detect_s > 0", res.DetectS > 0},
 		{"detect_member_s > 0", res.DetectMemberS > 0},

@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/watch"
 
+	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/everynode/everynode/client"
@@ -57,6 +58,11 @@ type WriteStats struct {
 	// pod creates and of the pods' last writes: what the floor writes.
 	PodCreateBytes int `json:"pod_create_bytes"`
 	PodStatusBytes int `json:"pod_status_bytes"`
+	// Ranges is how many ranges etcd served meanwhile (its own
+	// etcd_mvcc_range_total): the server's reads, and the key compared by
+	// each conditional write; RangesPerPod divides it as KeysPerPod.
+	Ranges       int64   `json:"ranges"`
+	RangesPerPod float64 `json:"ranges_per_pod"`
 
 	seqs map[string][]write // per key, in order
 }
@@ -71,6 +77,7 @@ func converge(ctx context.Context, srv *benchServer, fl agentFleet, cfg Config, 
 	if err != nil {
 		return history{}, fmt.Errorf("bench: etcd revision: %w", err)
 	}
+	ranges0 := etcdRanges()
 	ready := map[string]bool{}
 	count := 0
 	var t0, lastCreate time.Time
@@ -122,16 +129,36 @@ func converge(ctx context.Context, srv *benchServer, fl agentFleet, cfg Config, 
 		res.ReadyLagMaxMs = float64(lags[len(lags)-1]) / float64(time.Millisecond)
 	}
 	log.Info("converged", "nodes", cfg.Nodes, "s", res.ConvergeS)
+	ranges := etcdRanges() - ranges0
 	after, err := etcd.Get(ctx, "/", clientv3.WithCountOnly())
 	if err != nil {
 		return history{}, fmt.Errorf("bench: etcd revision: %w", err)
 	}
-	return history{from: before.Header.Revision, to: after.Header.Revision}, nil
+	return history{from: before.Header.Revision, to: after.Header.Revision, ranges: ranges}, nil
 }
 
 // history is a span of etcd revisions (exclusive, inclusive) whose writes
 // collectWrites reads.
-type history struct{ from, to int64 }
+type history struct {
+	from, to int64
+	ranges   int64 // etcd ranges served between from and to (etcdRanges)
+}
+
+// etcdRanges is how many ranges the etcd servers of this process have
+// served (etcd_mvcc_range_total; the benchmark's process runs one), -1 if
+// etcd's counter is not registered.
+func etcdRanges() int64 {
+	mfs, err := prometheus.DefaultGatherer.Gather()
+	if err != nil {
+		return -1
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "etcd_mvcc_range_total" && len(mf.GetMetric()) == 1 {
+			return int64(mf.GetMetric()[0].GetCounter().GetValue())
+		}
+	}
+	return -1
+}
 
 // collectWrites reads etcd's history between two revisions (exclusive,
 // inclusive) and returns the writes under the registry prefix, per key.
@@ -206,6 +233,7 @@ func (ws *WriteStats) summarise() {
 	}
 	ws.KeysPerPod = float64(ws.Keys) / float64(ws.PodCreates)
 	ws.WritesPerPod = float64(ws.Total) / float64(ws.PodCreates)
+	ws.RangesPerPod = float64(ws.Ranges) / float64(ws.PodCreates)
 	if pods := floorWork(ws.seqs); len(pods) > 0 {
 		var creates, statuses int
 		for _, p := range pods {
@@ -223,6 +251,7 @@ func (ws *WriteStats) summariseRollout(nodes int) {
 	if nodes > 0 {
 		ws.KeysPerPod = float64(ws.Keys) / float64(nodes)
 		ws.WritesPerPod = float64(ws.Total) / float64(nodes)
+		ws.RangesPerPod = float64(ws.Ranges) / float64(nodes)
 	}
 }
 

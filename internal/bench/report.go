@@ -126,11 +126,11 @@ func Render(w io.Writer, rep Report) {
 	row("etcd writes of convergence (pod creates / pod updates / DaemonSet / other)", "", "", func(r Result) string {
 		return fmt.Sprintf("%d (%d / %d / %d / %d)", r.Writes.Total, r.Writes.PodCreates, r.Writes.PodUpdates, r.Writes.DaemonSetWrites, r.Writes.Other)
 	})
-	row("… per pod: keys / writes; writes by resource", "", "the floor: 1 key, 2 writes", func(r Result) string {
+	row("… per pod: keys / writes / etcd ranges (reads, and each conditional write's compare); writes by resource", "", "the floor: 1 key, 2 writes", func(r Result) string {
 		if r.Writes.PodCreates == 0 || len(r.Writes.ByResource) == 0 {
 			return "–"
 		}
-		return fmt.Sprintf("%.2f / %.2f; %s", r.Writes.KeysPerPod, r.Writes.WritesPerPod, countList(r.Writes.ByResource))
+		return fmt.Sprintf("%.2f / %.2f / %s; %s", r.Writes.KeysPerPod, r.Writes.WritesPerPod, rangesPerPod(r.Writes), countList(r.Writes.ByResource))
 	})
 	row("… Event writes by reason (+: an existing Event's count raised)", "", "", func(r Result) string {
 		if len(r.Writes.EventReasons) == 0 {
@@ -138,12 +138,12 @@ func Render(w io.Writer, rep Report) {
 		}
 		return countList(r.Writes.EventReasons)
 	})
-	row("etcd writes of the rollout (pod creates / other pod writes / DaemonSet / other); per node: keys / writes; Events by reason", "", "", func(r Result) string {
+	row("etcd writes of the rollout (pod creates / other pod writes / DaemonSet / other); per node: keys / writes / etcd ranges; Events by reason", "", "", func(r Result) string {
 		w := r.RolloutWrites
 		if w == nil {
 			return "–"
 		}
-		return fmt.Sprintf("%d (%d / %d / %d / %d); %.2f / %.2f; %s", w.Total, w.PodCreates, w.PodUpdates, w.DaemonSetWrites, w.Other, w.KeysPerPod, w.WritesPerPod, countList(w.EventReasons))
+		return fmt.Sprintf("%d (%d / %d / %d / %d); %.2f / %.2f / %s; %s", w.Total, w.PodCreates, w.PodUpdates, w.DaemonSetWrites, w.Other, w.KeysPerPod, w.WritesPerPod, rangesPerPod(*w), countList(w.EventReasons))
 	})
 	row("**rollout_s** (image update, maxUnavailable 10%)", "≤ 10 s at 1,000; ≤ 40 s at 10,000", "", num(func(r Result) float64 { return r.RolloutS }, 2))
 	row("**rollout_reachable_s** (image update, maxUnavailable 10%, N % of the nodes stopped mid-rollout → every reachable node runs it)", "", "", func(r Result) string {
@@ -404,4 +404,13 @@ func countList(m map[string]int) string {
 		parts[i] = fmt.Sprintf("%s %d", k, m[k])
 	}
 	return strings.Join(parts, ", ")
+}
+
+// rangesPerPod is ws.RangesPerPod, or "–" for results from before it was
+// measured.
+func rangesPerPod(ws WriteStats) string {
+	if ws.Ranges <= 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f", ws.RangesPerPod)
 }
