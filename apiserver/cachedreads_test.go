@@ -2,6 +2,8 @@ package apiserver
 
 import (
 	"context"
+	"net/http"
+	"strconv"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -209,6 +211,113 @@ func BenchmarkServiceAccountToken(b *testing.B) {
 	for b.Loop() {
 		if _, _, ok := tokens.AuthenticateToken(tok); !ok {
 			b.Fatal("not authenticated")
+		}
+	}
+}
+
+// TestDeleteStartsFromTheCache: deleting a pod decides on the watch cache's
+// copy: marking it (grace period) is one conditional write, removing it one
+// conditional delete, with no read of etcd before either. etcd counts the
+// key each conditional write compares, and the deleted value it returns, as
+// ranges: 1 and 2 (a read before each would make it 2 and 3, or 4 when the
+// store read again).
+func TestDeleteStartsFromTheCache(t *testing.T) {
+	e := newEnv(t)
+	const pods = 10
+	var ranges float64
+	for i := range pods {
+		p := newPod("p"+strconv.Itoa(i), "n1")
+		p.Namespace = "default"
+		created, err := e.st.Create(testCtx(t), resources.Pods, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.st.GetCached(testCtx(t), resources.Pods, "default", p.Name); err != nil {
+			t.Fatal(err)
+		}
+		path := "/api/v1/namespaces/default/pods/" + p.Name
+		before := etcdRanges(t)
+		var marked corev1.Pod
+		e.do(req{method: "DELETE", path: path}).must(t, http.StatusOK, &marked)
+		if marked.DeletionTimestamp == nil || marked.ResourceVersion == created.GetResourceVersion() {
+			t.Fatalf("graceful delete answered %+v", marked.ObjectMeta)
+		}
+		if _, err := e.st.GetCached(testCtx(t), resources.Pods, "default", p.Name); err != nil {
+			t.Fatal(err)
+		}
+		e.do(req{method: "DELETE", path: path, body: `{"gracePeriodSeconds":0}`}).must(t, http.StatusOK, nil)
+		ranges += etcdRanges(t) - before
+		if _, err := e.st.Get(testCtx(t), resources.Pods, "default", p.Name); !store.IsNotFound(err) {
+			t.Fatalf("pod after its delete: %v", err)
+		}
+	}
+	if ranges > 3*pods+5 {
+		t.Errorf("%d pods marked and deleted: %.0f etcd ranges, want 3 each", pods, ranges)
+	}
+}
+
+// TestWritesDecideOnEtcdWhenTheCacheLags: a second store on the same etcd
+// stands for another server of the cluster. Right after it changes a pod,
+// this server's cache may still hold the version before; a delete with a
+// precondition on the new version, a delete of a marked pod the other
+// server has changed, and a status update with the new resourceVersion are
+// still decided on the new version (never a false 409, never an old
+// version in the answer).
+func TestWritesDecideOnEtcdWhenTheCacheLags(t *testing.T) {
+	e := newEnv(t)
+	ctx := testCtx(t)
+	other, err := store.Open(ctx, store.Config{Endpoints: []string{e.st.ClientURL()}, Logger: testLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = other.Close() })
+	label := func(i int) func(resources.Object) (resources.Object, error) {
+		return func(cur resources.Object) (resources.Object, error) {
+			cur.SetLabels(map[string]string{"round": strconv.Itoa(i)})
+			return cur, nil
+		}
+	}
+	for i := range 100 {
+		name := "p" + strconv.Itoa(i)
+		path := "/api/v1/namespaces/default/pods/" + name
+		p := newPod(name, "n1")
+		p.Namespace = "default"
+		e.do(req{method: "POST", path: "/api/v1/namespaces/default/pods", body: toJSON(t, p)}).must(t, http.StatusCreated, nil)
+
+		// A status update with the version the other server just wrote.
+		upd, err := other.GuaranteedUpdate(ctx, resources.Pods, "default", name, label(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := upd.DeepCopyObject().(*corev1.Pod)
+		st.Status.Phase = corev1.PodRunning
+		var running corev1.Pod
+		e.do(req{method: "PUT", path: path + "/status", body: toJSON(t, st)}).must(t, http.StatusOK, &running)
+		if running.Status.Phase != corev1.PodRunning || running.Labels["round"] != strconv.Itoa(i) {
+			t.Fatalf("round %d: status update answered %+v", i, running)
+		}
+
+		// A delete whose precondition is the version the other server just wrote.
+		if upd, err = other.GuaranteedUpdate(ctx, resources.Pods, "default", name, label(i+100)); err != nil {
+			t.Fatal(err)
+		}
+		var marked corev1.Pod
+		e.do(req{method: "DELETE", path: path, body: `{"preconditions":{"resourceVersion":"` + upd.GetResourceVersion() + `"}}`}).
+			must(t, http.StatusOK, &marked)
+		if marked.DeletionTimestamp == nil || marked.Labels["round"] != strconv.Itoa(i+100) {
+			t.Fatalf("round %d: delete with a precondition answered %+v", i, marked.ObjectMeta)
+		}
+
+		// The other server changes the marked pod; deleting it again needs
+		// no write and answers with the other server's version.
+		if upd, err = other.GuaranteedUpdate(ctx, resources.Pods, "default", name, label(i+200)); err != nil {
+			t.Fatal(err)
+		}
+		var again corev1.Pod
+		e.do(req{method: "DELETE", path: path}).must(t, http.StatusOK, &again)
+		if again.ResourceVersion != upd.GetResourceVersion() || again.Labels["round"] != strconv.Itoa(i+200) {
+			t.Fatalf("round %d: delete of a pod already marked answered resourceVersion %s, want the other server's %s",
+				i, again.ResourceVersion, upd.GetResourceVersion())
 		}
 	}
 }

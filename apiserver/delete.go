@@ -44,8 +44,19 @@ func (s *Server) deleteOne(ctx context.Context, c call, opts *metav1.DeleteOptio
 		return s.deleteNamespace(ctx, c, opts, dryRun)
 	}
 	r := c.r
+	// The first decision may start from the watch cache's copy (see
+	// cachedForDelete); a write it leads to is conditional on that version.
+	cached := !dryRun && r != resources.Nodes
 	for range maxDeleteAttempts {
-		cur, err := s.store.Get(ctx, r, c.namespace, c.name)
+		var cur resources.Object
+		var err error
+		if cached {
+			cur = s.cachedForDelete(ctx, r, c)
+		}
+		if cur == nil {
+			cached = false
+			cur, err = s.store.Get(ctx, r, c.namespace, c.name)
+		}
 		if store.IsNotFound(err) && !dryRun {
 			s.nodeGone(ctx, c)
 		}
@@ -53,6 +64,10 @@ func (s *Server) deleteOne(ctx context.Context, c call, opts *metav1.DeleteOptio
 			return nil, s.missingNamespace(ctx, c, err)
 		}
 		if err := strategy.CheckPreconditions(r, cur, opts.Preconditions); err != nil {
+			if cached {
+				cached = false // decide on etcd's version
+				continue
+			}
 			return nil, err
 		}
 		next, remove := strategy.DeletionPlan(r, cur, opts, s.now())
@@ -61,9 +76,13 @@ func (s *Server) deleteOne(ctx context.Context, c call, opts *metav1.DeleteOptio
 			return withTypeMeta(r, cur), nil
 		case dryRun && next != nil:
 			return withTypeMeta(r, next), nil
+		case next == nil && !remove && cached:
+			cached = false // nothing to write: answer with etcd's version
+			continue
 		case next == nil && !remove:
 			return withTypeMeta(r, cur), nil // already marked as asked
 		}
+		cached = false // a conflict below decides again on etcd's version
 		if remove && !dryRun {
 			if err := s.removeServerOfNode(ctx, c, cur); err != nil {
 				return nil, err
@@ -87,6 +106,23 @@ func (s *Server) deleteOne(ctx context.Context, c call, opts *metav1.DeleteOptio
 		return withTypeMeta(r, out), nil
 	}
 	return nil, strategy.ConflictError(r.GroupResource(), c.name)
+}
+
+// cachedForDelete is the watch cache's copy of the object c names (shared
+// with the cache: read-only), or nil. kube-apiserver reads etcd before a
+// delete; starting from the cache saves that read where the cache is up to
+// date, which it is for every write this server made: the deletion's write
+// is conditional on the copy's resourceVersion, so an out-of-date copy
+// costs a conflict, after which deleteOne decides again on etcd's version,
+// as it does when the copy fails the preconditions or needs no write. Nodes
+// are always read from etcd (deleting a server's Node removes its etcd
+// member first).
+func (s *Server) cachedForDelete(ctx context.Context, r *resources.Resource, c call) resources.Object {
+	obj, err := s.store.GetCached(ctx, r, c.namespace, c.name)
+	if err != nil {
+		return nil
+	}
+	return obj
 }
 
 // ServerNodeLabel marks the Node of a server's local agent on an embedded
