@@ -46,7 +46,7 @@ func (s *Server) deleteOne(ctx context.Context, c call, opts *metav1.DeleteOptio
 	r := c.r
 	// The first decision may start from the watch cache's copy (see
 	// cachedForDelete); a write it leads to is conditional on that version.
-	cached := !dryRun && r != resources.Nodes
+	cached := !dryRun && r != resources.Nodes && r != resources.Events // the cache keeps no Events
 	for range maxDeleteAttempts {
 		var cur resources.Object
 		var err error

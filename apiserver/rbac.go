@@ -251,6 +251,9 @@ func typed[T resources.Object](obj resources.Object) (T, error) {
 	t, ok := obj.(T)
 	if !ok {
 		var zero T
+		if obj == nil {
+			return zero, fmt.Errorf("stored object is missing, want a %T", zero)
+		}
 		return zero, fmt.Errorf("stored %s/%s is a %T", obj.GetNamespace(), obj.GetName(), obj)
 	}
 	return t, nil

@@ -2,6 +2,8 @@ package store
 
 import (
 	"fmt"
+	"strconv"
+	"sync"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -61,5 +63,47 @@ func TestCachedReadsSeeOwnWrites(t *testing.T) {
 		if !found || len(items) != i+1 {
 			t.Fatalf("ListCached right after creating %s: %d items, found %v; want %d, true", pc, len(items), found, i+1)
 		}
+	}
+}
+
+// TestGetCachedWhileUpdated: GetCached always returns the object while
+// writes replace its cache entry (the cache clears a replaced entry's
+// object: reading it outside the cache's lock returned nil, and raced).
+func TestGetCachedWhileUpdated(t *testing.T) {
+	s := openTest(t)
+	ctx := testCtx(t)
+	mustCreate(t, s, resources.Pods, newPod("default", "p", "", map[string]string{"n": "0"}))
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	errs := make(chan error, 2)
+	for range 2 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				obj, err := s.GetCached(ctx, resources.Pods, "default", "p")
+				if err != nil || obj == nil {
+					errs <- fmt.Errorf("GetCached: %v, %v", obj, err)
+					return
+				}
+			}
+		})
+	}
+	for i := range 200 {
+		if _, err := s.GuaranteedUpdate(ctx, resources.Pods, "default", "p", func(cur resources.Object) (resources.Object, error) {
+			cur.GetLabels()["n"] = strconv.Itoa(i + 1)
+			return cur, nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(done)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
 	}
 }

@@ -173,7 +173,10 @@ type kvState struct {
 // write, which returns the current version, and try runs again on it. What
 // try decides on a cached copy is not final either: when try fails, or
 // changes nothing, the object is read from etcd and try runs on that, so
-// errors and no-op answers are about the current object, as before.
+// errors and no-op answers are about the current object, as before. So try
+// may run on an out-of-date copy, and more than once: what it does besides
+// returning the object (an allocation, say) must be safe to repeat or to
+// leave unused, as it already had to be for a conflict.
 func (s *Store) GuaranteedUpdate(ctx context.Context, r *resources.Resource, namespace, name string,
 	try func(cur resources.Object) (resources.Object, error)) (resources.Object, error) {
 	key, err := keyOf(r, namespace, name)

@@ -172,11 +172,14 @@ func (s *Store) GetCached(ctx context.Context, r *resources.Resource, namespace,
 	if err := s.waitWritten(ctx, c); err != nil {
 		return nil, err
 	}
+	var obj resources.Object
 	c.mu.RLock()
-	e := c.objects[key]
+	if e := c.objects[key]; e != nil {
+		obj = e.obj // under the lock: apply clears a replaced entry's obj
+	}
 	c.mu.RUnlock()
-	if e == nil {
+	if obj == nil {
 		return nil, newError(NotFound, r, namespace, name, nil)
 	}
-	return e.obj, nil
+	return obj, nil
 }

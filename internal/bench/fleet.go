@@ -289,7 +289,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 			return nil, err
 		}
 		res.RolloutCPUS, res.AgentsRolloutCPUS = cpuSeconds()-cpu0, agentsCPU()-acpu0
-		ranges := etcdRanges() - ranges0
+		ranges := rangesSince(ranges0)
 		after, err := srv.etcd.Get(ctx, "/", clientv3.WithCountOnly())
 		if err != nil {
 			return nil, fmt.Errorf("bench: etcd revision: %w", err)

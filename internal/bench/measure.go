@@ -129,7 +129,7 @@ func converge(ctx context.Context, srv *benchServer, fl agentFleet, cfg Config, 
 		res.ReadyLagMaxMs = float64(lags[len(lags)-1]) / float64(time.Millisecond)
 	}
 	log.Info("converged", "nodes", cfg.Nodes, "s", res.ConvergeS)
-	ranges := etcdRanges() - ranges0
+	ranges := rangesSince(ranges0)
 	after, err := etcd.Get(ctx, "/", clientv3.WithCountOnly())
 	if err != nil {
 		return history{}, fmt.Errorf("bench: etcd revision: %w", err)
@@ -158,6 +158,15 @@ func etcdRanges() int64 {
 		}
 	}
 	return -1
+}
+
+// rangesSince is etcdRanges() - before, or -1 when either is unknown.
+func rangesSince(before int64) int64 {
+	now := etcdRanges()
+	if before < 0 || now < 0 {
+		return -1
+	}
+	return now - before
 }
 
 // collectWrites reads etcd's history between two revisions (exclusive,
