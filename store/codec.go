@@ -67,19 +67,29 @@ func encode(r *resources.Resource, obj resources.Object) ([]byte, resources.Obje
 	if !ok {
 		return nil, nil, newError(Invalid, r, obj.GetNamespace(), obj.GetName(), fmt.Errorf("%T is not a resources.Object", obj))
 	}
-	r.SetTypeMeta(cp)
-	cp.SetResourceVersion("")
+	data, err := encodeInPlace(r, cp)
+	if err != nil {
+		return nil, nil, err
+	}
+	return data, cp, nil
+}
+
+// encodeInPlace is encode without the copy: it sets obj's apiVersion and
+// kind and clears its resourceVersion.
+func encodeInPlace(r *resources.Resource, obj resources.Object) ([]byte, error) {
+	r.SetTypeMeta(obj)
+	obj.SetResourceVersion("")
 	var data []byte
 	var err error
 	if r.HasProto() {
-		data, err = r.EncodeProto(cp)
+		data, err = r.EncodeProto(obj)
 	} else {
-		data, err = json.Marshal(cp)
+		data, err = json.Marshal(obj)
 	}
 	if err != nil {
-		return nil, nil, newError(Invalid, r, obj.GetNamespace(), obj.GetName(), fmt.Errorf("encode: %w", err))
+		return nil, newError(Invalid, r, obj.GetNamespace(), obj.GetName(), fmt.Errorf("encode: %w", err))
 	}
-	return data, cp, nil
+	return data, nil
 }
 
 // decode parses a stored value (protobuf in its envelope, or JSON) into a

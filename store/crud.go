@@ -209,6 +209,15 @@ func (s *Store) GuaranteedUpdate(ctx context.Context, r *resources.Resource, nam
 		if !ok {
 			return nil, newError(Internal, r, namespace, name, fmt.Errorf("store: copy of %T is not an Object", cur))
 		}
+		if !current {
+			// The cached copy's value, to tell a no-op: encoded from try's
+			// copy before try gets it, instead of copying the object again.
+			rv := in.GetResourceVersion()
+			if curData, err = encodeInPlace(r, in); err != nil {
+				return nil, err
+			}
+			in.SetResourceVersion(rv)
+		}
 		next, err := try(in)
 		if err != nil {
 			if !current {
@@ -230,9 +239,6 @@ func (s *Store) GuaranteedUpdate(ctx context.Context, r *resources.Resource, nam
 			return nil, err
 		}
 		if !current {
-			if curData, _, err = encode(r, cur); err != nil {
-				return nil, err
-			}
 			if bytes.Equal(data, curData) {
 				// No change to the cached copy: compare with the stored one.
 				if err := readEtcd(); err != nil {

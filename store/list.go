@@ -145,6 +145,13 @@ func (s *Store) cachedObject(r *resources.Resource, key string) resources.Object
 	if err != nil || !c.keepObjects {
 		return nil
 	}
+	return c.current(key)
+}
+
+// current is the object the cache holds under key, or nil. It reads the
+// entry's object under the lock: apply clears the object of an entry it
+// replaces.
+func (c *cache) current(key string) resources.Object {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	if e := c.objects[key]; e != nil {
@@ -172,12 +179,7 @@ func (s *Store) GetCached(ctx context.Context, r *resources.Resource, namespace,
 	if err := s.waitWritten(ctx, c); err != nil {
 		return nil, err
 	}
-	var obj resources.Object
-	c.mu.RLock()
-	if e := c.objects[key]; e != nil {
-		obj = e.obj // under the lock: apply clears a replaced entry's obj
-	}
-	c.mu.RUnlock()
+	obj := c.current(key)
 	if obj == nil {
 		return nil, newError(NotFound, r, namespace, name, nil)
 	}

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -244,6 +245,23 @@ func (s *Store) ClientURL() string {
 		return ""
 	}
 	return s.embedded.clientURL
+}
+
+// RangesServed is how many ranges the etcd servers embedded in this process
+// have served (etcd's own etcd_mvcc_range_total: the reads, and the key each
+// conditional write compares); false if etcd's counter is not registered.
+// Benchmarks and tests count reads with it.
+func RangesServed() (int64, bool) {
+	mfs, err := prometheus.DefaultGatherer.Gather()
+	if err != nil {
+		return 0, false
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "etcd_mvcc_range_total" && len(mf.GetMetric()) == 1 {
+			return int64(mf.GetMetric()[0].GetCounter().GetValue()), true
+		}
+	}
+	return 0, false
 }
 
 // Client returns the raw etcd client, for leader election and benchmarks.

@@ -13,12 +13,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/watch"
 
-	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/everynode/everynode/client"
 	"github.com/everynode/everynode/gossip"
 	"github.com/everynode/everynode/resources"
+	"github.com/everynode/everynode/store"
 )
 
 // registryPrefix is where the store keeps objects in etcd; floorPrefix is
@@ -144,20 +144,14 @@ type history struct {
 	ranges   int64 // etcd ranges served between from and to (etcdRanges)
 }
 
-// etcdRanges is how many ranges the etcd servers of this process have
-// served (etcd_mvcc_range_total; the benchmark's process runs one), -1 if
-// etcd's counter is not registered.
+// etcdRanges is store.RangesServed (the benchmark's process runs one etcd),
+// -1 when it is unknown.
 func etcdRanges() int64 {
-	mfs, err := prometheus.DefaultGatherer.Gather()
-	if err != nil {
+	n, ok := store.RangesServed()
+	if !ok {
 		return -1
 	}
-	for _, mf := range mfs {
-		if mf.GetName() == "etcd_mvcc_range_total" && len(mf.GetMetric()) == 1 {
-			return int64(mf.GetMetric()[0].GetCounter().GetValue())
-		}
-	}
-	return -1
+	return n
 }
 
 // rangesSince is etcdRanges() - before, or -1 when either is unknown.
