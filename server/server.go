@@ -617,6 +617,10 @@ func (s *Server) Admin() client.Interface { return s.local }
 // directly).
 func (s *Server) Etcd() *clientv3.Client { return s.st.Client() }
 
+// EtcdRangesServed is how many ranges the etcd servers embedded in this
+// process have served (store.RangesServed), for the benchmark.
+func EtcdRangesServed() (int64, bool) { return store.RangesServed() }
+
 // VerifyCache compares the store's watch caches with etcd.
 func (s *Server) VerifyCache(ctx context.Context) error { return s.st.VerifyCache(ctx) }
 

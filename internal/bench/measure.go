@@ -18,7 +18,7 @@ import (
 	"github.com/everynode/everynode/client"
 	"github.com/everynode/everynode/gossip"
 	"github.com/everynode/everynode/resources"
-	"github.com/everynode/everynode/store"
+	"github.com/everynode/everynode/server"
 )
 
 // registryPrefix is where the store keeps objects in etcd; floorPrefix is
@@ -144,10 +144,10 @@ type history struct {
 	ranges   int64 // etcd ranges served between from and to (etcdRanges)
 }
 
-// etcdRanges is store.RangesServed (the benchmark's process runs one etcd),
-// -1 when it is unknown.
+// etcdRanges is server.EtcdRangesServed (the benchmark's process runs one
+// etcd), -1 when it is unknown.
 func etcdRanges() int64 {
-	n, ok := store.RangesServed()
+	n, ok := server.EtcdRangesServed()
 	if !ok {
 		return -1
 	}
