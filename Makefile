@@ -9,9 +9,11 @@
 #                arm64, armv7, riscv64): everynode-<os>-<arch> and
 #                everynode-agent-<os>-<arch>, VERSION stamped, plus dist/SHA256SUMS
 #   make bench   all benchmarks: bench-api (go test -bench of the store and the
-#                API, output in bench.out; figures in docs/benchmarks-api.md) and
+#                API, output in bench.out; figures in docs/benchmarks-api.md),
 #                bench-fleet (simulated fleets of 100 and 1,000 nodes, BIG=1 adds
-#                5,000, HUGE=1 10,000; writes docs/benchmarks.md)
+#                5,000, HUGE=1 10,000), bench-docker (real Docker against a bare
+#                docker run and Swarm) and bench-idle-cpu, then writes
+#                docs/benchmarks.md from all of them (bench/bench.mk)
 #   make chaos   the HA chaos test (docs/ha.md) with CHAOS_KILLS (default 20)
 #                SIGKILLs of the leading server; make test runs it with 3
 
@@ -62,6 +64,7 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzApplyPatch$$' -fuzztime=$(FUZZTIME) ./apiserver/strategy/
 
 bench: bench-api bench-fleet bench-docker bench-idle-cpu
+	@$(MAKE) --no-print-directory bench-report
 
 # Three servers and five agents in containers (needs Docker); see docs/ha.md.
 chaos:

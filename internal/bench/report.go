@@ -17,6 +17,8 @@ type Report struct {
 	// Command is the command that produced the results.
 	Command string
 	Results []Result
+	// Docker is make bench-docker's result, when it ran.
+	Docker *DockerStart
 	// Notes is hand-written analysis appended verbatim (markdown).
 	Notes string
 }
@@ -264,6 +266,11 @@ func Render(w io.Writer, rep Report) {
 		return fmt.Sprintf("%.1f / %.1f", r.AgentAnonMB, r.AgentFileMB)
 	})
 
+	var dockerTargets []string
+	if rep.Docker != nil {
+		dockerTargets = renderDocker(p, *rep.Docker)
+	}
+
 	p("\n## Targets\n\n")
 	ownProcess := map[int]bool{} // fleet sizes run with agent processes
 	for _, r := range rs {
@@ -292,6 +299,9 @@ func Render(w io.Writer, rep Report) {
 				p("- %s at %s: %.2f %s > %g %s — **missed** by %.2f %s (%.1f× the target).\n", t.name, columnTitle(r), v, t.unit, t.limit, t.unit, v-t.limit, t.unit, v/t.limit)
 			}
 		}
+	}
+	for _, l := range dockerTargets {
+		p("- %s\n", l)
 	}
 	for _, r := range rs {
 		if r.SoakS > 0 {

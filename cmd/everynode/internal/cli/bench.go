@@ -345,14 +345,15 @@ func printFleet(out io.Writer, r *bench.Result) {
 // benchReportCommand is "everynode bench report": results of "bench fleet
 // --json" rendered as docs/benchmarks.md.
 type benchReportCommand struct {
-	outPath, command, notes string
-	files                   []string
+	outPath, command, notes, docker string
+	files                           []string
 }
 
 func (c *benchReportCommand) flags(fs *pflag.FlagSet) {
 	fs.StringVarP(&c.outPath, "output", "o", "", "write the markdown to FILE (default: stdout)")
 	fs.StringVar(&c.command, "command", "make bench-fleet", "the command named in the report")
 	fs.StringVar(&c.notes, "notes", "", "a markdown file appended to the report (analysis)")
+	fs.StringVar(&c.docker, "docker", "", "the output of make bench-docker (go test -bench BenchmarkDockerStart), rendered as the report's real-Docker section")
 }
 
 func (c *benchReportCommand) complete(pos []string) error {
@@ -378,6 +379,18 @@ func (c *benchReportCommand) Run(_ context.Context, std IO) error {
 		results = append(results, r)
 	}
 	rep := bench.Report{Machine: bench.ThisMachine(), Date: time.Now().UTC(), Command: c.command, Results: results}
+	if c.docker != "" {
+		f, err := os.Open(c.docker)
+		if err != nil {
+			return fmt.Errorf("read the Docker benchmark's output: %w", err)
+		}
+		d, err := bench.ParseDockerStart(f)
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("read %s: %w (run make bench-docker again)", c.docker, err)
+		}
+		rep.Docker = &d
+	}
 	if c.notes != "" {
 		b, err := os.ReadFile(c.notes)
 		if err != nil {

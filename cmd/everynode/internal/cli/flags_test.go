@@ -218,6 +218,7 @@ func everyFlag() []flagCase {
 		{"bench report", "output", "o", "", "r.json -o out.md", "outPath", "out.md"},
 		{"bench report", "command", "", "make bench-fleet", "r.json --command x", "command", "x"},
 		{"bench report", "notes", "", "", "r.json --notes n.md", "notes", "n.md"},
+		{"bench report", "docker", "", "", "r.json --docker docker.txt", "docker", "docker.txt"},
 	}
 	cases = append(cases, agentFlagCases("server")...)
 	for _, c := range agentFlagCases("agent") {
