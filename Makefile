@@ -13,7 +13,7 @@
 #                bench-fleet (simulated fleets of 100 and 1,000 nodes, BIG=1 adds
 #                5,000, HUGE=1 10,000), bench-docker (real Docker against a bare
 #                docker run and Swarm) and bench-idle-cpu, then writes
-#                docs/benchmarks.md from all of them (bench/bench.mk)
+#                docs/benchmarks.md from the last three (bench/bench.mk)
 #   make chaos   the HA chaos test (docs/ha.md) with CHAOS_KILLS (default 20)
 #                SIGKILLs of the leading server; make test runs it with 3
 

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"math"
 	"strconv"
 	"strings"
 )
@@ -34,7 +35,8 @@ const dockerStartBenchmark = "BenchmarkDockerStart"
 
 // ParseDockerStart reads the output of make bench-docker (go test -bench
 // '^BenchmarkDockerStart$' -v or not): the benchmark's result line, with the
-// metrics it reports, and the log line saying why Swarm was skipped.
+// metrics it reports, and the log line saying why Swarm was skipped. With
+// several result lines (-count, -cpu lists) the last one counts.
 func ParseDockerStart(r io.Reader) (DockerStart, error) {
 	var d DockerStart
 	found := false
@@ -120,13 +122,12 @@ func renderDocker(p func(string, ...any), d DockerStart) []string {
 	p("work, which is the same for all three).\n\n")
 	p("| | create: container running (s) | image update: new container running (s) | everynode ÷ this: create / update | target |\n")
 	p("|---|---:|---:|---:|---|\n")
-	way := func(name string, w DockerWay, ratio bool, target string) {
+	way := func(name string, w DockerWay, why string, ratio bool, target string) {
 		if !w.measured() {
-			why := d.SwarmSkipped
 			if why == "" {
 				why = "not measured"
 			}
-			p("| %s | skipped: %s | | | %s |\n", name, why, target)
+			p("| %s | skipped: %s | | | %s |\n", name, strings.ReplaceAll(why, "|", "\\|"), target)
 			return
 		}
 		r := "–"
@@ -135,12 +136,15 @@ func renderDocker(p func(string, ...any), d DockerStart) []string {
 		}
 		p("| %s | %.2f (%.2f) | %.2f (%.2f) | %s | %s |\n", name, w.CreateS, w.CreateToEngineS, w.UpdateS, w.UpdateToEngineS, r, target)
 	}
-	way("everynode: a DaemonSet created, then its image changed (maxUnavailable 1)", d.Everynode, false, "")
-	way("bare `docker run`; `docker stop` and `docker run`", d.Bare, true, fmt.Sprintf("everynode ≤ %g×", dockerTargetRatio))
-	way("Docker Swarm global service; `docker service update --image`", d.Swarm, true, "everynode ahead (< 1×)")
+	way("everynode: a DaemonSet created, then its image changed (maxUnavailable 1)", d.Everynode, "", false, "")
+	way("bare `docker run`; `docker stop` and `docker run`", d.Bare, "", true, fmt.Sprintf("everynode ≤ %g×", dockerTargetRatio))
+	way("Docker Swarm global service; `docker service update --image`", d.Swarm, d.SwarmSkipped, true, "everynode ahead (< 1×)")
 
 	var out []string
+	// The verdict is on the ratios as printed (two decimals), so that a
+	// reader's check of the printed figure agrees with it.
 	judge := func(what string, create, update, limit float64, strict bool) {
+		create, update = math.Round(create*100)/100, math.Round(update*100)/100
 		ok := create <= limit && update <= limit
 		if strict {
 			ok = create < limit && update < limit

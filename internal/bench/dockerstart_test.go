@@ -42,8 +42,17 @@ func TestParseDockerStart(t *testing.T) {
 		t.Errorf("Swarm skipped: parsed %+v", d)
 	}
 
+	// go test -v -cpu 1: the result line has no -N suffix, and a log line
+	// naming the benchmark comes before it.
+	verbose := "=== RUN   BenchmarkDockerStart\nBenchmarkDockerStart\n    startbench_test.go:170: BenchmarkDockerStart round 1\n" +
+		strings.Replace(dockerOutput, "BenchmarkDockerStart-2   ", "BenchmarkDockerStart     ", 1)
+	if d, err := ParseDockerStart(strings.NewReader(verbose)); err != nil || d != want {
+		t.Errorf("-v output: parsed %+v, %v; want %+v", d, err, want)
+	}
+
 	for name, in := range map[string]string{
 		"no result":       "goos: linux\nPASS\n",
+		"skipped, not -v": "goos: linux\nPASS\nok  \tgithub.com/everynode/everynode/nodeagent/runtime/docker/agenttest\t0.1s\n",
 		"skipped":         "--- SKIP: BenchmarkDockerStart\n    SKIP: no Docker engine\n",
 		"no everynode":    strings.ReplaceAll(dockerOutput, "everynode-", "other-"),
 		"truncated":       dockerOutput[:strings.Index(dockerOutput, "bare-create-s")],
@@ -99,5 +108,34 @@ func TestRenderDocker(t *testing.T) {
 	}
 	if out := render(DockerStart{}); strings.Contains(out, "**met**") {
 		t.Errorf("a report without measurements meets a target:\n%s", out)
+	}
+
+	// The verdict is on the ratio as printed: 1.2 and 1.204 (printed 1.20)
+	// meet ≤ 1.2, 1.206 (printed 1.21) does not; 1.0 against Swarm is not
+	// ahead of it. Swarm's skip reason names Swarm's row only, | escaped.
+	for _, c := range []struct {
+		update float64
+		want   string
+	}{
+		{0.28 * 1.2, "image update 1.20× (≤ 1.2×) — **met**."},
+		{0.28 * 1.204, "image update 1.20× (≤ 1.2×) — **met**."},
+		{0.28 * 1.206, "image update 1.21× (≤ 1.2×) — **missed**."},
+	} {
+		e := d
+		e.Everynode.UpdateS = c.update
+		if out := render(e); !strings.Contains(out, c.want) {
+			t.Errorf("everynode update %.4f s: report lacks %q:\n%s", c.update, c.want, out)
+		}
+	}
+	tie := d
+	tie.Swarm.CreateS = tie.Everynode.CreateS
+	if out := render(tie); !strings.Contains(out, "everynode ÷ a Swarm global service: create 1.00×, image update 0.18× (< 1×) — **missed**.") {
+		t.Errorf("a tie with Swarm is judged ahead of it:\n%s", out)
+	}
+	noBare := DockerStart{Everynode: d.Everynode, SwarmSkipped: "init | failed"}
+	out = render(noBare)
+	if !strings.Contains(out, "| bare `docker run`; `docker stop` and `docker run` | skipped: not measured |") ||
+		!strings.Contains(out, "| skipped: init \\| failed |") {
+		t.Errorf("skip reasons: want Swarm's on its row only, | escaped:\n%s", out)
 	}
 }
