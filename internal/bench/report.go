@@ -67,8 +67,8 @@ func Render(w io.Writer, rep Report) {
 	p("the \"agent processes\" row), so the server's figures are its own; the agents of one process share one\n")
 	p("HTTP/2 connection pool.\n\n")
 	m := rep.Machine
-	p("**Machine:** %d CPUs (%s), %d MiB memory, Linux %s, %s. The machine was shared with other work while\n", m.CPUs, m.CPUModel, m.MemoryMB, m.Kernel, m.Go)
-	p("measuring; each run's load average (1, 5, 15 min) is in the table.\n\n")
+	p("**Machine:** %d CPUs (%s), %d MiB memory, Linux %s, %s. Each run's load average (1, 5, 15 min) is in\n", m.CPUs, m.CPUModel, m.MemoryMB, m.Kernel, m.Go)
+	p("the table: other work on the machine, if any, shows there (\"How to read these figures\" below says what ran).\n\n")
 
 	rs := rep.Results
 	p("## Figures\n\n| | ")
