@@ -155,16 +155,21 @@ func New(cfg Config) (*Member, error) {
 	if cfg.cut != nil && cfg.Traffic == nil {
 		cfg.Traffic = &Traffic{}
 	}
+	tr, err := newTransport(mc.BindAddr, mc.BindPort, logger)
+	if err != nil {
+		return nil, fmt.Errorf("gossip: start %s on %s: %w", cfg.Name, cfg.BindAddr, err)
+	}
+	if mc.BindPort == 0 { // as memberlist does when it binds itself
+		mc.BindPort = tr.port()
+		mc.AdvertisePort = mc.BindPort
+	}
+	mc.Transport = tr
 	if cfg.Traffic != nil {
-		if err := countTraffic(mc, cfg.Traffic, cfg.cut); err != nil {
-			return nil, fmt.Errorf("gossip: start %s on %s: %w", cfg.Name, cfg.BindAddr, err)
-		}
+		mc.Transport = newCountingTransport(tr, cfg.Traffic, cfg.cut)
 	}
 	ml, err := memberlist.Create(mc)
 	if err != nil {
-		if mc.Transport != nil {
-			_ = mc.Transport.Shutdown()
-		}
+		_ = mc.Transport.Shutdown()
 		return nil, fmt.Errorf("gossip: start %s on %s: %w", cfg.Name, cfg.BindAddr, err)
 	}
 	m.ml = ml

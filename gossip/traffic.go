@@ -2,7 +2,6 @@ package gossip
 
 import (
 	"errors"
-	"fmt"
 	"net"
 	"sync/atomic"
 	"time"
@@ -25,7 +24,7 @@ type Traffic struct {
 	StreamBytesIn, StreamBytesOut atomic.Int64
 }
 
-// countingTransport wraps memberlist's network transport and adds what
+// countingTransport wraps the member's network transport and adds what
 // crosses it to a Traffic.
 type countingTransport struct {
 	memberlist.NodeAwareTransport
@@ -161,20 +160,3 @@ func (c *countingConn) Write(b []byte) (int, error) {
 
 // errCut is a dial while a test cut the member's link.
 var errCut = errors.New("gossip: link cut (test)")
-
-// countTraffic gives mc a counting transport over memberlist's own network
-// transport, bound as memberlist.Create would bind it (port 0: a free port,
-// then advertised). cut (tests; may be nil) drops everything while true.
-func countTraffic(mc *memberlist.Config, t *Traffic, cut *atomic.Bool) error {
-	nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{
-		BindAddrs: []string{mc.BindAddr}, BindPort: mc.BindPort, Logger: mc.Logger})
-	if err != nil {
-		return fmt.Errorf("bind the gossip port: %w", err)
-	}
-	if mc.BindPort == 0 {
-		mc.BindPort = nt.GetAutoBindPort()
-		mc.AdvertisePort = mc.BindPort
-	}
-	mc.Transport = newCountingTransport(nt, t, cut)
-	return nil
-}
