@@ -16,27 +16,19 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"syscall"
 
 	"github.com/spf13/pflag"
 
 	"github.com/everynode/everynode/cmd/internal/agentcmd"
+	"github.com/everynode/everynode/internal/agentruntime"
 	"github.com/everynode/everynode/internal/version"
 )
 
-// idleGCPercent is the lean agent's GOGC unless the environment sets one.
-// An idle agent's live heap is 1–3 MiB and Go's smallest heap goal is
-// 4 MiB × GOGC/100, so at the default of 100 the heap grows to about twice
-// what it holds; at 50 the agent holds up to 1.5 MiB less (with Docker
-// pods), for collections about twice as often: about 1.3 ms of CPU per
-// second with 5 Docker pods (docs/agent.md, "Footprint").
-const idleGCPercent = 50
-
 func main() {
-	if _, set := os.LookupEnv("GOGC"); !set {
-		debug.SetGCPercent(idleGCPercent)
-	}
+	// GOGC=50 and GOMAXPROCS=1 unless the environment sets them: what an
+	// idle agent holds and wakes for (internal/agentruntime).
+	agentruntime.Apply(os.LookupEnv)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()

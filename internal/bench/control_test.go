@@ -320,7 +320,7 @@ func TestProcFleetChildren(t *testing.T) {
 	ctx := context.Background()
 	static := nodelifecycle.NewStaticMembership()
 	log := slog.New(slog.DiscardHandler)
-	pf, err := spawnProcFleet(ctx, fakeChildCommand, 3, static, 30*time.Second, log)
+	pf, err := spawnProcFleet(ctx, fakeChildCommand, 3, nil, static, 30*time.Second, log)
 	if err != nil {
 		t.Fatalf("spawn: %v", err)
 	}
@@ -408,7 +408,7 @@ func TestProcFleetChildren(t *testing.T) {
 }
 
 func TestChildExitsWhenStdinCloses(t *testing.T) {
-	c, err := startChild(context.Background(), fakeChildCommand, 0, 30*time.Second, slog.New(slog.DiscardHandler), nil)
+	c, err := startChild(context.Background(), fakeChildCommand, nil, 30*time.Second, slog.New(slog.DiscardHandler), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -514,5 +514,32 @@ func TestFloorRetry(t *testing.T) {
 	<-ended.Done()
 	if floorRetry(ended, context.DeadlineExceeded) {
 		t.Error("floorRetry retries the run's own deadline")
+	}
+}
+
+// A child of one agent runs as the lean agent does (GOGC=50, GOMAXPROCS=1,
+// each unless this process's environment sets it); a child of many agents
+// keeps Go's defaults but for GOMAXPROCS=1 when children outnumber CPUs.
+func TestChildEnviron(t *testing.T) {
+	none := func(string) (string, bool) { return "", false }
+	gogc := func(name string) (string, bool) { return "200", name == "GOGC" }
+	for _, tc := range []struct {
+		name           string
+		k, nodes, cpus int
+		lookupEnv      func(string) (string, bool)
+		want           []string
+	}{
+		{"one agent each", 10, 10, 2, none, []string{"GOGC=50", "GOMAXPROCS=1"}},
+		{"one agent each, fewer children than CPUs", 1, 1, 8, none, []string{"GOGC=50", "GOMAXPROCS=1"}},
+		{"one agent each, GOGC given", 100, 100, 2, gogc, []string{"GOMAXPROCS=1"}},
+		{"many agents each, children outnumber CPUs", 4, 10000, 2, none, []string{"GOMAXPROCS=1"}},
+		{"many agents each, a CPU each", 2, 1000, 2, none, nil},
+		{"no children", 0, 1000, 2, none, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := childEnviron(tc.k, tc.nodes, tc.cpus, tc.lookupEnv); !slices.Equal(got, tc.want) {
+				t.Errorf("childEnviron(%d, %d, %d) = %q, want %q", tc.k, tc.nodes, tc.cpus, got, tc.want)
+			}
+		})
 	}
 }

@@ -129,7 +129,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	agentsCPU := func() float64 { return 0 }
 	if procs > 0 {
 		log.Info("starting agent processes", "processes", procs)
-		if pf, err = spawnProcFleet(ctx, cfg.AgentsCommand, procs, srv.static, cfg.Timeout, log.With("side", "agent")); err != nil {
+		if pf, err = spawnProcFleet(ctx, cfg.AgentsCommand, procs, childEnviron(procs, cfg.Nodes, runtime.NumCPU(), os.LookupEnv), srv.static, cfg.Timeout, log.With("side", "agent")); err != nil {
 			return nil, err
 		}
 		defer pf.stop()
@@ -336,7 +336,8 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 			return nil, err
 		}
 		res.AgentRSSMB, res.AgentAnonMB, res.AgentFileMB = m.rss, m.anon, m.file
-		log.Info("agent process", "rss_mb", res.AgentRSSMB)
+		res.AgentIdleCPUMsPerS, res.AgentIdleWakeupsPerS = m.cpuMsPerS, m.wakeupsPerS
+		log.Info("agent process", "rss_mb", res.AgentRSSMB, "idle_cpu_ms_per_s", res.AgentIdleCPUMsPerS, "wakeups_per_s", res.AgentIdleWakeupsPerS)
 	}
 	// Stopping the agents below makes their Nodes not Ready: stop
 	// counting first, then the CPU load.

@@ -8,13 +8,14 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
-	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/everynode/everynode/controller/nodelifecycle"
+	"github.com/everynode/everynode/internal/agentruntime"
 )
 
 // startGossipBatch is how many children with gossip start their agents at
@@ -54,12 +55,12 @@ type procChild struct {
 }
 
 // startChild starts the command build returns as a child, with its stdin and
-// stdout as the control channel, and waits for its hello. maxProcs, when
-// > 0, sets the child's GOMAXPROCS.
-func startChild(ctx context.Context, build func(context.Context) *exec.Cmd, maxProcs int, timeout time.Duration, log *slog.Logger, onExit func(*procChild)) (*procChild, error) {
+// stdout as the control channel, and waits for its hello. env is added to
+// the child's environment (a later entry wins over an inherited one).
+func startChild(ctx context.Context, build func(context.Context) *exec.Cmd, env []string, timeout time.Duration, log *slog.Logger, onExit func(*procChild)) (*procChild, error) {
 	cmd := build(ctx)
-	if maxProcs > 0 {
-		cmd.Env = append(cmd.Environ(), "GOMAXPROCS="+strconv.Itoa(maxProcs))
+	if len(env) > 0 {
+		cmd.Env = append(cmd.Environ(), env...)
 	}
 	inR, inW, err := os.Pipe()
 	if err != nil {
@@ -214,17 +215,38 @@ type procFleet struct {
 
 var _ agentFleet = (*procFleet)(nil)
 
-// spawnProcFleet starts k children and waits for each one's hello; no agent
-// runs yet (see start). When the children outnumber the CPUs, each gets
-// GOMAXPROCS=1: a second P in each of a hundred processes on two cores only
-// adds threads that wake and spin looking for work.
-func spawnProcFleet(ctx context.Context, build func(context.Context) *exec.Cmd, k int, static *nodelifecycle.StaticMembership, timeout time.Duration, log *slog.Logger) (*procFleet, error) {
+// childEnviron is what the agent children add to their environment, for k
+// children running nodes agents on a machine of cpus CPUs. A child that runs
+// one agent stands for one agent process: it runs with the lean agent's
+// runtime settings (agentruntime: GOGC=50, GOMAXPROCS=1), each unless this
+// process's environment (lookupEnv) sets it, as the agent would be told. A
+// child of many agents is a load generator with Go's defaults, except that
+// when the children outnumber the CPUs each gets GOMAXPROCS=1: a second P in
+// each of a hundred processes on two cores only adds threads that wake and
+// spin looking for work.
+func childEnviron(k, nodes, cpus int, lookupEnv func(string) (string, bool)) []string {
+	if k > 0 && k >= nodes {
+		var env []string
+		for _, kv := range agentruntime.Environ() {
+			name, _, _ := strings.Cut(kv, "=")
+			if _, set := lookupEnv(name); !set {
+				env = append(env, kv)
+			}
+		}
+		return env
+	}
+	if k > cpus {
+		return []string{"GOMAXPROCS=1"}
+	}
+	return nil
+}
+
+// spawnProcFleet starts k children, with env added to their environment
+// (childEnviron), and waits for each one's hello; no agent runs yet (see
+// start).
+func spawnProcFleet(ctx context.Context, build func(context.Context) *exec.Cmd, k int, env []string, static *nodelifecycle.StaticMembership, timeout time.Duration, log *slog.Logger) (*procFleet, error) {
 	p := &procFleet{children: make([]*procChild, k), timeout: timeout, log: log, static: static,
 		byName: map[string]*procChild{}, names: map[*procChild][]string{}}
-	maxProcs := 0
-	if k > runtime.NumCPU() {
-		maxProcs = 1
-	}
 	errs := make([]error, k)
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 8)
@@ -234,7 +256,7 @@ func spawnProcFleet(ctx context.Context, build func(context.Context) *exec.Cmd, 
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			p.children[i], errs[i] = startChild(ctx, build, maxProcs, timeout, log, p.childExited)
+			p.children[i], errs[i] = startChild(ctx, build, env, timeout, log, p.childExited)
 		}()
 	}
 	wg.Wait()
@@ -428,7 +450,7 @@ func (p *procFleet) cpuSeconds() float64 {
 // startCPULoad starts a child that keeps n goroutines spinning (with
 // GOMAXPROCS n, so each can have a CPU) until stop.
 func startCPULoad(ctx context.Context, build func(context.Context) *exec.Cmd, n int, timeout time.Duration, log *slog.Logger) (*procChild, error) {
-	c, err := startChild(ctx, build, n, timeout, log.With("role", "cpu-load"), nil)
+	c, err := startChild(ctx, build, []string{"GOMAXPROCS=" + strconv.Itoa(n)}, timeout, log.With("role", "cpu-load"), nil)
 	if err != nil {
 		return nil, err
 	}
