@@ -347,6 +347,13 @@ type Result struct {
 	// processes running it).
 	AgentAnonMB float64 `json:"agent_anon_mb,omitempty"`
 	AgentFileMB float64 `json:"agent_file_mb,omitempty"`
+	// AgentIdleCPUMsPerS is that process's CPU time (utime + stime) in ms a
+	// second, and AgentIdleWakeupsPerS its threads' context switches a
+	// second, over its idle time but the first seconds: the binary users
+	// run as the agent, with its own runtime settings, gossiping with the
+	// lan profile.
+	AgentIdleCPUMsPerS   float64 `json:"agent_idle_cpu_ms_per_s,omitempty"`
+	AgentIdleWakeupsPerS float64 `json:"agent_idle_wakeups_per_s,omitempty"`
 	// AgentBinary is the file name of the binary that agent process ran:
 	// everynode-agent (the lean agent users install on nodes) or everynode.
 	AgentBinary string `json:"agent_binary,omitempty"`

@@ -147,11 +147,13 @@ func ThisMachine() Machine {
 
 // agentMem is the memory of the idle agent process, in MiB: VmRSS, and its
 // parts RssAnon (heap, stacks: the process's own) and RssFile (pages of the
-// executable and libraries, shared with any process of the same binary).
-type agentMem struct{ rss, anon, file float64 }
+// executable and libraries, shared with any process of the same binary);
+// and its CPU (ms a second) and wake-ups (context switches a second) over
+// its idle time after the first idleCPUSettle.
+type agentMem struct{ rss, anon, file, cpuMsPerS, wakeupsPerS float64 }
 
 // agentProcessRSS starts one agent process, waits until its Node is Ready,
-// lets it idle, and returns its memory.
+// lets it idle, and returns its memory and idle CPU.
 func agentProcessRSS(ctx context.Context, srv *benchServer, dir string, cfg Config) (agentMem, error) {
 	var m agentMem
 	t := AgentTarget{Server: srv.url, JoinToken: srv.srv.JoinToken(), CAPEM: srv.srv.CAPEM(),
@@ -181,19 +183,42 @@ func agentProcessRSS(ctx context.Context, srv *benchServer, dir string, cfg Conf
 	if err != nil {
 		return m, fmt.Errorf("bench: agent process never became a Ready node: %w", err)
 	}
-	select {
-	case <-ctx.Done():
-		return m, ctx.Err()
-	case err := <-exited:
-		exited <- err
-		return m, fmt.Errorf("bench: agent process exited: %v", err)
-	case <-time.After(cfg.AgentIdle):
+	idle := func(d time.Duration) error {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case err := <-exited:
+			exited <- err
+			return fmt.Errorf("bench: agent process exited: %v", err)
+		case <-time.After(d):
+			return nil
+		}
 	}
+	pid := cmd.Process.Pid
+	settle := min(idleCPUSettle, cfg.AgentIdle/2)
+	if err := idle(settle); err != nil {
+		return m, err
+	}
+	s0, err := sampleProcs([]int{pid})
+	if err != nil {
+		return m, err
+	}
+	t0 := time.Now()
+	if err := idle(cfg.AgentIdle - settle); err != nil {
+		return m, err
+	}
+	s1, err := sampleProcs([]int{pid})
+	if err != nil {
+		return m, err
+	}
+	var rates Result
+	idleCPURates(s0, s1, time.Since(t0).Seconds(), 1, &rates)
+	m.cpuMsPerS, m.wakeupsPerS = rates.IdleCPUMsPerS, rates.IdleWakeupsPerS
 	for _, f := range []struct {
 		name string
 		to   *float64
 	}{{"VmRSS", &m.rss}, {"RssAnon", &m.anon}, {"RssFile", &m.file}} {
-		kb, err := procStatusKB(cmd.Process.Pid, f.name)
+		kb, err := procStatusKB(pid, f.name)
 		if err != nil {
 			return m, fmt.Errorf("bench: agent process memory: %w", err)
 		}

@@ -52,6 +52,8 @@ func targets() []target {
 		{name: "agent_rss_mb", limit: 20, unit: "MiB", value: func(r Result) float64 { return r.AgentRSSMB }},
 		{name: "idle_cpu_ms_per_s", profile: gossip.ProfileLAN, limit: 5, unit: "ms/s", value: func(r Result) float64 { return r.IdleCPUMsPerS }},
 		{name: "idle_cpu_ms_per_s", profile: gossip.ProfileWAN, limit: 2, unit: "ms/s", value: func(r Result) float64 { return r.IdleCPUMsPerS }},
+		// The agent process always gossips with the lan profile.
+		{name: "agent_idle_cpu_ms_per_s", limit: 5, unit: "ms/s", value: func(r Result) float64 { return r.AgentIdleCPUMsPerS }},
 		{name: "server_rss_mb", nodes: 1000, limit: 100, unit: "MiB", value: func(r Result) float64 { return r.ServerRSSMB }, ownProcess: true},
 	}
 }
@@ -264,6 +266,12 @@ func Render(w io.Writer, rep Report) {
 			return "–"
 		}
 		return fmt.Sprintf("%.1f / %.1f", r.AgentAnonMB, r.AgentFileMB)
+	})
+	row("**agent_idle_cpu_ms_per_s** (that process idle, gossip lan, its own runtime settings) / wake-ups (context switches a second)", "≤ 5 ms/s (lan)", "", func(r Result) string {
+		if r.AgentIdleCPUMsPerS == 0 {
+			return "–"
+		}
+		return fmt.Sprintf("%.2f / %.0f", r.AgentIdleCPUMsPerS, r.AgentIdleWakeupsPerS)
 	})
 
 	var dockerTargets []string

@@ -8,10 +8,10 @@ import (
 
 func TestRenderTargets(t *testing.T) {
 	rs := []Result{
-		{Nodes: 100, ConvergeS: 0.2, EtcdFloorS: 0.1, Ratio: 2, RolloutS: 0.5, AgentRSSMB: 30, AgentAnonMB: 8, AgentFileMB: 22},
+		{Nodes: 100, ConvergeS: 0.2, EtcdFloorS: 0.1, Ratio: 2, RolloutS: 0.5, AgentRSSMB: 30, AgentAnonMB: 8, AgentFileMB: 22, AgentIdleCPUMsPerS: 5.25, AgentIdleWakeupsPerS: 131.4},
 		{Nodes: 100, Gossip: true, DetectS: 3.5},
 		{Nodes: 1000, ConvergeS: 4, EtcdFloorS: 0.1, Ratio: 40, RolloutS: 12, ServerRSSMB: 400, ServerAloneRSSMB: 250, ServerAloneHeapMB: 90},
-		{Nodes: 1000, AgentProcs: 2, ServerRSSMB: 150, AgentsRSSMB: 300, AgentsAnonMB: 250, ServerAloneRSSMB: 140},
+		{Nodes: 1000, AgentProcs: 2, ServerRSSMB: 150, AgentsRSSMB: 300, AgentsAnonMB: 250, ServerAloneRSSMB: 140, AgentRSSMB: 15, AgentIdleCPUMsPerS: 3.5, AgentIdleWakeupsPerS: 99.6},
 		{Nodes: 100, Gossip: true, AgentProcs: 100, DetectS: 2.5, SoakS: 600, CPULoad: 2, CPULoadCPUS: 1200, FalseNotReady: 1, WatchedS: 612, LoadAvgMax1: 4.5},
 		{Nodes: 1000, UnreachablePct: 5, UnreachableNodes: 50, RolloutReachableS: 12.5, RolloutStatusS: 40.25, UnreachableStatus: "desired 950, updated 950, available 950; Progressing UnreachableNodesPending"},
 		{Nodes: 10, Gossip: true, GossipProfile: "wan", AgentProcs: 10, IdleTrafficS: 60, IdleBytesPerSIn: 60.4, IdleBytesPerSOut: 50,
@@ -39,6 +39,9 @@ func TestRenderTargets(t *testing.T) {
 		"rollout_s at 1000 nodes: 12.00 s > 10 s — **missed** by 2.00 s (1.2× the target).",
 		"detect_s at 100 nodes, gossip: 3.50 s > 3 s — **missed**",
 		"agent_rss_mb at 100 nodes: 30.00 MiB > 20 MiB — **missed**",
+		"| **agent_idle_cpu_ms_per_s** (that process idle, gossip lan, its own runtime settings) / wake-ups (context switches a second) | 5.25 / 131 | – | – | 3.50 / 100 | – |",
+		"agent_idle_cpu_ms_per_s at 100 nodes: 5.25 ms/s > 5 ms/s — **missed** by 0.25 ms/s (1.1× the target).",
+		"agent_idle_cpu_ms_per_s at 1000 nodes: 3.50 ms/s ≤ 5 ms/s — **met**.",
 		"The server alone, after they stopped: RSS 250 MiB",
 		"2 CPUs (test CPU)",
 		"2026-11-22 06:00 UTC",

@@ -135,11 +135,13 @@ func (c *benchFleetCommand) Run(ctx context.Context, std IO) error {
 		}
 		cfg.AgentProcess = func(ctx context.Context, t bench.AgentTarget) *exec.Cmd {
 			// The real agent with the fake runtime, joined with the join
-			// token like any agent; "agent" is the command line of both
-			// "everynode agent" and everynode-agent.
-			cmd := exec.CommandContext(ctx, agentBin, "agent", "--server", t.Server, "--token", t.JoinToken,
+			// token like any agent (in its environment, not on its command
+			// line); "agent" is the command line of both "everynode agent"
+			// and everynode-agent.
+			cmd := exec.CommandContext(ctx, agentBin, "agent", "--server", t.Server,
 				"--name", t.NodeName, "--data-dir", t.DataDir, "--runtime", "fake",
 				"--gossip", "127.0.0.1:0", "--gossip-profile", "lan", "--log-listen", "127.0.0.1:0", "--log-level", "warn")
+			cmd.Env = append(cmd.Environ(), TokenEnv+"="+t.JoinToken)
 			cmd.Stderr = std.Err
 			return cmd
 		}
