@@ -3,6 +3,7 @@ package gossip
 import (
 	"errors"
 	"net"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -34,6 +35,9 @@ type countingTransport struct {
 	streams chan net.Conn
 	quit    chan struct{}
 	done    chan struct{}
+	// stop closes quit once: memberlist shuts its transport down when
+	// Create fails, and New does so again.
+	stop sync.Once
 }
 
 // newCountingTransport starts the goroutine that forwards (and counts) what
@@ -133,7 +137,7 @@ func (c *countingTransport) counted(conn net.Conn, err error) (net.Conn, error) 
 // Shutdown stops the inner transport, then the forwarding goroutine.
 func (c *countingTransport) Shutdown() error {
 	err := c.NodeAwareTransport.Shutdown()
-	close(c.quit)
+	c.stop.Do(func() { close(c.quit) })
 	<-c.done
 	return err
 }

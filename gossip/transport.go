@@ -122,7 +122,14 @@ func (t *transport) FinalAdvertiseAddr(ip string, port int) (net.IP, int, error)
 		return addr, port, nil
 	}
 	if !t.bindIP.IsUnspecified() {
-		return t.bindIP, t.port(), nil
+		// In the listener's form (4 bytes for IPv4), as memberlist's own
+		// transport gives it: memberlist compares addresses byte for byte,
+		// and a member whose address changed form would conflict with itself.
+		ip := t.tcp.Addr().(*net.TCPAddr).IP
+		if v4 := ip.To4(); v4 != nil {
+			ip = v4
+		}
+		return ip, t.port(), nil
 	}
 	private, err := sockaddr.GetPrivateIP()
 	if err != nil {

@@ -171,8 +171,19 @@ func TestTransportStreamsAndHostNames(t *testing.T) {
 func TestTransportAdvertiseAddr(t *testing.T) {
 	tr := startTransport(t)
 	ip, port, err := tr.FinalAdvertiseAddr("", 0)
-	if err != nil || !ip.Equal(net.ParseIP("127.0.0.1")) || port != tr.port() {
-		t.Errorf("bound to 127.0.0.1: advertises %v:%d (%v), want 127.0.0.1:%d", ip, port, err, tr.port())
+	// 4 bytes, as memberlist.NetTransport gives it: memberlist compares
+	// addresses byte for byte.
+	if err != nil || !ip.Equal(net.ParseIP("127.0.0.1")) || len(ip) != net.IPv4len || port != tr.port() {
+		t.Errorf("bound to 127.0.0.1: advertises %v (%d bytes):%d (%v), want 127.0.0.1 (4 bytes):%d", ip, len(ip), port, err, tr.port())
+	}
+	nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{
+		BindAddrs: []string{"127.0.0.1"}, Logger: log.New(io.Discard, "", 0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nt.Shutdown()
+	if theirs, _, _ := nt.FinalAdvertiseAddr("", 0); !bytes.Equal(theirs, ip) {
+		t.Errorf("advertises %v (% x), memberlist's transport %v (% x)", ip, []byte(ip), theirs, []byte(theirs))
 	}
 	ip, port, err = tr.FinalAdvertiseAddr("10.1.2.3", 7000)
 	if err != nil || ip.String() != "10.1.2.3" || len(ip) != net.IPv4len || port != 7000 {
@@ -208,5 +219,17 @@ func TestTransportBind(t *testing.T) {
 	}
 	if _, err := newTransport("not-an-ip", 0, slog.New(slog.DiscardHandler)); err == nil {
 		t.Error("bound to a host name")
+	}
+}
+
+// The counting transport shuts down twice without panicking: memberlist
+// shuts its transport down when Create fails, and New does so again.
+func TestCountingTransportShutdownTwice(t *testing.T) {
+	c := newCountingTransport(startTransport(t), &Traffic{}, nil)
+	if err := c.Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Shutdown(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -349,11 +349,13 @@ type Result struct {
 	AgentFileMB float64 `json:"agent_file_mb,omitempty"`
 	// AgentIdleCPUMsPerS is that process's CPU time (utime + stime) in ms a
 	// second, and AgentIdleWakeupsPerS its threads' context switches a
-	// second, over its idle time but the first seconds: the binary users
-	// run as the agent, with its own runtime settings, gossiping with the
-	// lan profile.
+	// second, over AgentIdleS seconds of its idle time (all but the first
+	// seconds): the binary users run as the agent, with its own runtime
+	// settings, gossiping with the lan profile. The CPU time is read in
+	// 10 ms ticks, so it is left out when the window is under 30 s.
 	AgentIdleCPUMsPerS   float64 `json:"agent_idle_cpu_ms_per_s,omitempty"`
 	AgentIdleWakeupsPerS float64 `json:"agent_idle_wakeups_per_s,omitempty"`
+	AgentIdleS           float64 `json:"agent_idle_s,omitempty"`
 	// AgentBinary is the file name of the binary that agent process ran:
 	// everynode-agent (the lean agent users install on nodes) or everynode.
 	AgentBinary string `json:"agent_binary,omitempty"`

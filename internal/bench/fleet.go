@@ -336,7 +336,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 			return nil, err
 		}
 		res.AgentRSSMB, res.AgentAnonMB, res.AgentFileMB = m.rss, m.anon, m.file
-		res.AgentIdleCPUMsPerS, res.AgentIdleWakeupsPerS = m.cpuMsPerS, m.wakeupsPerS
+		res.AgentIdleCPUMsPerS, res.AgentIdleWakeupsPerS, res.AgentIdleS = m.cpuMsPerS, m.wakeupsPerS, m.idleS
 		log.Info("agent process", "rss_mb", res.AgentRSSMB, "idle_cpu_ms_per_s", res.AgentIdleCPUMsPerS, "wakeups_per_s", res.AgentIdleWakeupsPerS)
 	}
 	// Stopping the agents below makes their Nodes not Ready: stop

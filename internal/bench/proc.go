@@ -149,8 +149,12 @@ func ThisMachine() Machine {
 // parts RssAnon (heap, stacks: the process's own) and RssFile (pages of the
 // executable and libraries, shared with any process of the same binary);
 // and its CPU (ms a second) and wake-ups (context switches a second) over
-// its idle time after the first idleCPUSettle.
-type agentMem struct{ rss, anon, file, cpuMsPerS, wakeupsPerS float64 }
+// its idle time after the first idleCPUSettle, a window of idleS seconds.
+type agentMem struct{ rss, anon, file, cpuMsPerS, wakeupsPerS, idleS float64 }
+
+// minAgentIdleCPUS is the shortest window whose CPU time is reported: it is
+// read in 10 ms ticks, so 30 s of an agent at 2 ms/s holds 6 of them.
+const minAgentIdleCPUS = 30
 
 // agentProcessRSS starts one agent process, waits until its Node is Ready,
 // lets it idle, and returns its memory and idle CPU.
@@ -212,8 +216,12 @@ func agentProcessRSS(ctx context.Context, srv *benchServer, dir string, cfg Conf
 		return m, err
 	}
 	var rates Result
-	idleCPURates(s0, s1, time.Since(t0).Seconds(), 1, &rates)
-	m.cpuMsPerS, m.wakeupsPerS = rates.IdleCPUMsPerS, rates.IdleWakeupsPerS
+	m.idleS = time.Since(t0).Seconds()
+	idleCPURates(s0, s1, m.idleS, 1, &rates)
+	m.wakeupsPerS = rates.IdleWakeupsPerS
+	if m.idleS >= minAgentIdleCPUS {
+		m.cpuMsPerS = rates.IdleCPUMsPerS
+	}
 	for _, f := range []struct {
 		name string
 		to   *float64

@@ -8,10 +8,10 @@ import (
 
 func TestRenderTargets(t *testing.T) {
 	rs := []Result{
-		{Nodes: 100, ConvergeS: 0.2, EtcdFloorS: 0.1, Ratio: 2, RolloutS: 0.5, AgentRSSMB: 30, AgentAnonMB: 8, AgentFileMB: 22, AgentIdleCPUMsPerS: 5.25, AgentIdleWakeupsPerS: 131.4},
+		{Nodes: 100, ConvergeS: 0.2, EtcdFloorS: 0.1, Ratio: 2, RolloutS: 0.5, AgentRSSMB: 30, AgentAnonMB: 8, AgentFileMB: 22, AgentIdleCPUMsPerS: 5.25, AgentIdleWakeupsPerS: 131.4, AgentIdleS: 115},
 		{Nodes: 100, Gossip: true, DetectS: 3.5},
 		{Nodes: 1000, ConvergeS: 4, EtcdFloorS: 0.1, Ratio: 40, RolloutS: 12, ServerRSSMB: 400, ServerAloneRSSMB: 250, ServerAloneHeapMB: 90},
-		{Nodes: 1000, AgentProcs: 2, ServerRSSMB: 150, AgentsRSSMB: 300, AgentsAnonMB: 250, ServerAloneRSSMB: 140, AgentRSSMB: 15, AgentIdleCPUMsPerS: 3.5, AgentIdleWakeupsPerS: 99.6},
+		{Nodes: 1000, AgentProcs: 2, ServerRSSMB: 150, AgentsRSSMB: 300, AgentsAnonMB: 250, ServerAloneRSSMB: 140, AgentRSSMB: 15, AgentIdleCPUMsPerS: 3.5, AgentIdleWakeupsPerS: 99.6, AgentIdleS: 115},
 		{Nodes: 100, Gossip: true, AgentProcs: 100, DetectS: 2.5, SoakS: 600, CPULoad: 2, CPULoadCPUS: 1200, FalseNotReady: 1, WatchedS: 612, LoadAvgMax1: 4.5},
 		{Nodes: 1000, UnreachablePct: 5, UnreachableNodes: 50, RolloutReachableS: 12.5, RolloutStatusS: 40.25, UnreachableStatus: "desired 950, updated 950, available 950; Progressing UnreachableNodesPending"},
 		{Nodes: 10, Gossip: true, GossipProfile: "wan", AgentProcs: 10, IdleTrafficS: 60, IdleBytesPerSIn: 60.4, IdleBytesPerSOut: 50,
@@ -67,5 +67,19 @@ func TestRenderTargets(t *testing.T) {
 	}
 	if strings.Contains(out, "converge_s at 5000") {
 		t.Errorf("report judges a 5,000-node target without a 5,000-node run:\n%s", out)
+	}
+}
+
+// A window too short for CPU time in 10 ms ticks shows the wake-ups alone
+// and is not judged.
+func TestRenderAgentIdleShortWindow(t *testing.T) {
+	var sb strings.Builder
+	Render(&sb, Report{Results: []Result{{Nodes: 20, AgentRSSMB: 15, AgentIdleWakeupsPerS: 80, AgentIdleS: 0.5}}})
+	out := sb.String()
+	if want := "own runtime settings) / wake-ups (context switches a second) | – / 80 |"; !strings.Contains(out, want) {
+		t.Errorf("report lacks %q:\n%s", want, out)
+	}
+	if strings.Contains(out, "agent_idle_cpu_ms_per_s at") {
+		t.Errorf("report judges an idle CPU it did not measure:\n%s", out)
 	}
 }
