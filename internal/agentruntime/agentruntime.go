@@ -28,20 +28,41 @@ const (
 	MaxProcs = 1
 )
 
+// setting is one of the agent's runtime settings: its environment variable,
+// its value, and how to set it in this process.
+type setting struct {
+	name  string
+	value int
+	set   func(int)
+}
+
+func settings() []setting {
+	return []setting{
+		{"GOGC", GCPercent, func(v int) { debug.SetGCPercent(v) }},
+		{"GOMAXPROCS", MaxProcs, func(v int) { runtime.GOMAXPROCS(v) }},
+	}
+}
+
 // Apply sets the agent's settings in this process, each one only where
 // lookupEnv (os.LookupEnv) finds no GOGC or GOMAXPROCS: the environment
 // overrides them.
 func Apply(lookupEnv func(string) (string, bool)) {
-	if _, set := lookupEnv("GOGC"); !set {
-		debug.SetGCPercent(GCPercent)
-	}
-	if _, set := lookupEnv("GOMAXPROCS"); !set {
-		runtime.GOMAXPROCS(MaxProcs)
+	for _, s := range settings() {
+		if _, set := lookupEnv(s.name); !set {
+			s.set(s.value)
+		}
 	}
 }
 
-// Environ returns the settings as environment entries, for a child process
-// that is to run as the agent does.
-func Environ() []string {
-	return []string{"GOGC=" + strconv.Itoa(GCPercent), "GOMAXPROCS=" + strconv.Itoa(MaxProcs)}
+// Environ returns, as environment entries for a child process that is to run
+// as the agent does, the settings Apply would make with lookupEnv: those the
+// environment does not set.
+func Environ(lookupEnv func(string) (string, bool)) []string {
+	var env []string
+	for _, s := range settings() {
+		if _, set := lookupEnv(s.name); !set {
+			env = append(env, s.name+"="+strconv.Itoa(s.value))
+		}
+	}
+	return env
 }

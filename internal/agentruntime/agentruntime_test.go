@@ -51,7 +51,10 @@ func TestApply(t *testing.T) {
 }
 
 func TestEnvironMatchesApply(t *testing.T) {
-	if got, want := Environ(), []string{"GOGC=50", "GOMAXPROCS=1"}; !slices.Equal(got, want) {
+	if got, want := Environ(env()), []string{"GOGC=50", "GOMAXPROCS=1"}; !slices.Equal(got, want) {
 		t.Fatalf("Environ() = %q, want %q", got, want)
+	}
+	if got, want := Environ(env("GOGC")), []string{"GOMAXPROCS=1"}; !slices.Equal(got, want) {
+		t.Fatalf("Environ() with GOGC set = %q, want %q", got, want)
 	}
 }

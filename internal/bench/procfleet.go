@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -226,14 +225,7 @@ var _ agentFleet = (*procFleet)(nil)
 // spin looking for work.
 func childEnviron(k, nodes, cpus int, lookupEnv func(string) (string, bool)) []string {
 	if k > 0 && k >= nodes {
-		var env []string
-		for _, kv := range agentruntime.Environ() {
-			name, _, _ := strings.Cut(kv, "=")
-			if _, set := lookupEnv(name); !set {
-				env = append(env, kv)
-			}
-		}
-		return env
+		return agentruntime.Environ(lookupEnv)
 	}
 	if k > cpus {
 		return []string{"GOMAXPROCS=1"}
