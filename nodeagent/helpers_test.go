@@ -45,7 +45,7 @@ func (d *deleteRecorder) deleteOptions() []metav1.DeleteOptions {
 }
 
 type env struct {
-	t     *testing.T
+	t     testing.TB
 	agent *Agent
 	api   *deleteRecorder
 	rt    *rtfake.Fake
@@ -53,7 +53,7 @@ type env struct {
 	marks int // events barriers so far
 }
 
-func newEnv(t *testing.T, rcfg rtfake.Config, objs ...resources.Object) *env {
+func newEnv(t testing.TB, rcfg rtfake.Config, objs ...resources.Object) *env {
 	t.Helper()
 	clk := testingclock.NewFakeClock(t0)
 	rcfg.Clock = clk

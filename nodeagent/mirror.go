@@ -6,12 +6,12 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/everynode/everynode/client"
+	"github.com/everynode/everynode/internal/apiequal"
 	resources "github.com/everynode/everynode/resources/core"
 )
 
@@ -185,7 +185,7 @@ func (a *Agent) writeMirrorStatus(ctx context.Context, p, cur *corev1.Pod, m *mi
 		return nil
 	}
 	status.QOSClass = cur.Status.QOSClass // the server's to set
-	if m.written != nil && equality.Semantic.DeepEqual(*m.written, status) {
+	if m.written != nil && apiequal.Equal(m.written, &status) {
 		return nil
 	}
 	next := cur.DeepCopy()

@@ -7,11 +7,11 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/everynode/everynode/client"
+	"github.com/everynode/everynode/internal/apiequal"
 	"github.com/everynode/everynode/nodeagent/runtime"
 	resources "github.com/everynode/everynode/resources/core"
 )
@@ -242,7 +242,7 @@ func podPhase(policy corev1.RestartPolicy, statuses []corev1.ContainerStatus) co
 // writeStatus writes status through the /status subresource when it differs
 // from what the API holds.
 func (a *Agent) writeStatus(ctx context.Context, pod *corev1.Pod, st *podState, status corev1.PodStatus) error {
-	if equality.Semantic.DeepEqual(*st.held(pod), status) {
+	if apiequal.Equal(st.held(pod), &status) {
 		return nil
 	}
 	if a.static != nil && a.pods.isStatic(pod.UID) {

@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/everynode/everynode/internal/apiequal"
 	"github.com/everynode/everynode/resources"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -158,7 +159,9 @@ func PrepareForUpdate(r *resources.Resource, obj, old resources.Object) {
 	case *corev1.Pod:
 		if op, ok := old.(*corev1.Pod); ok {
 			o.Status = *op.Status.DeepCopy()
-			bumpIfChanged(o, o.Spec, op.Spec)
+			if !apiequal.Equal(&o.Spec, &op.Spec) { // a pod spec holds no times
+				o.SetGeneration(o.GetGeneration() + 1)
+			}
 		}
 	case *corev1.Node:
 		if on, ok := old.(*corev1.Node); ok {

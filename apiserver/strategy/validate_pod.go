@@ -11,6 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	utilvalidation "k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/everynode/everynode/internal/apiequal"
 )
 
 // validatePodTemplateSpec validates a pod template's metadata and spec
@@ -487,7 +489,7 @@ func validatePodSpecUpdate(spec, old *corev1.PodSpec, fldPath *field.Path) field
 		allErrs = append(allErrs, field.Forbidden(fldPath.Child("tolerations"), "existing toleration can not be modified except its tolerationSeconds"))
 	}
 	mungedOld.Tolerations = mungedNew.Tolerations
-	if !apiequality.Semantic.DeepEqual(mungedNew, mungedOld) {
+	if !apiequal.Equal(mungedNew, mungedOld) {
 		allErrs = append(allErrs, field.Forbidden(fldPath, podUpdatableFields))
 	}
 	return allErrs

@@ -196,11 +196,19 @@ func TestValidatePodUpdate(t *testing.T) {
 		{"command", func(p *corev1.Pod) { p.Spec.Containers[0].Command = []string{"sh"} }, "spec: Forbidden: pod updates may not change fields other than"},
 		{"rebind", func(p *corev1.Pod) { p.Spec.NodeName = "n2" }, "spec: Forbidden: pod updates may not change fields other than"},
 		{"remove toleration", func(p *corev1.Pod) { p.Spec.Tolerations = nil }, "spec.tolerations: Forbidden"},
+		// The same quantity written another way is no change.
+		{"memory limit 1Gi as bytes", func(p *corev1.Pod) {
+			p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1073741824")}
+		}, ""},
+		{"memory limit raised", func(p *corev1.Pod) {
+			p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1073741825")}
+		}, "spec: Forbidden: pod updates may not change fields other than"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			old := validPod()
 			old.ResourceVersion = "3"
+			old.Spec.Containers[0].Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")}
 			if tc.name == "rebind" || tc.name == "remove toleration" {
 				old.Spec.NodeName = "n1"
 				old.Spec.Tolerations = []corev1.Toleration{{Key: "k", Operator: "Exists"}}
