@@ -154,8 +154,8 @@ func unscheduledPodsWithoutNode(nodes []*corev1.Node, nodeToPods map[string][]*c
 // manage creates and deletes pods so each eligible node runs one daemon pod.
 // A node the rollout settings hold back gets a pod of the stable old
 // revision (docs/rollouts.md); old lists the DaemonSet's old revisions.
-func (c *Controller) manage(ctx context.Context, ds *appsv1.DaemonSet, nodes []*corev1.Node, hash string, old []*appsv1.ControllerRevision) error {
-	nodeToPods, err := c.getNodesToDaemonPods(ctx, ds, false)
+func (c *Controller) manage(ctx context.Context, ds *appsv1.DaemonSet, nodes []*corev1.Node, hash string, old []*appsv1.ControllerRevision, pods *syncPods) error {
+	nodeToPods, err := pods.get(ctx, c, ds)
 	if err != nil {
 		return fmt.Errorf("couldn't get node to daemon pod mapping for daemonset %s/%s: %w", ds.Namespace, ds.Name, err)
 	}
@@ -188,7 +188,7 @@ func (c *Controller) manage(ctx context.Context, ds *appsv1.DaemonSet, nodes []*
 		}
 	}
 	del = append(del, unscheduledPodsWithoutNode(nodes, nodeToPods)...)
-	return c.syncNodes(ctx, ds, del, create, hash, gate)
+	return c.syncNodes(ctx, ds, del, create, hash, gate, pods)
 }
 
 // syncNodes deletes podsToDelete and creates a pod on each of nodesNeedingPods,
@@ -196,7 +196,10 @@ func (c *Controller) manage(ctx context.Context, ds *appsv1.DaemonSet, nodes []*
 // expectations set before any request (docs/controller-rules.md §2.6).
 // Nodes gate holds back get a pod of gate's stable revision; a nil gate
 // holds back none.
-func (c *Controller) syncNodes(ctx context.Context, ds *appsv1.DaemonSet, podsToDelete, nodesNeedingPods []string, hash string, gate *rolloutGate) error {
+func (c *Controller) syncNodes(ctx context.Context, ds *appsv1.DaemonSet, podsToDelete, nodesNeedingPods []string, hash string, gate *rolloutGate, pods *syncPods) error {
+	if len(podsToDelete) > 0 || len(nodesNeedingPods) > 0 {
+		pods.changed()
+	}
 	key := dsKey(ds)
 	createDiff := min(len(nodesNeedingPods), c.burstReplicas)
 	deleteDiff := min(len(podsToDelete), c.burstReplicas)

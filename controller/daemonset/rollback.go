@@ -160,7 +160,7 @@ func (c *Controller) markFullyAvailable(ctx context.Context, ds *appsv1.DaemonSe
 // autoRollback rolls ds back when its settings ask for it and its current
 // revision failed (docs/rollouts.md §6); rolledBack reports that it
 // rewrote the template, which ends this sync.
-func (c *Controller) autoRollback(ctx context.Context, ds *appsv1.DaemonSet, nodes []*corev1.Node, cur *appsv1.ControllerRevision, old []*appsv1.ControllerRevision) (rolledBack bool, err error) {
+func (c *Controller) autoRollback(ctx context.Context, ds *appsv1.DaemonSet, nodes []*corev1.Node, cur *appsv1.ControllerRevision, old []*appsv1.ControllerRevision, pods *syncPods) (rolledBack bool, err error) {
 	opts, errs := rollout.Parse(ds.Annotations)
 	hash := cur.Labels[RevisionHashLabel]
 	if !opts.AutoRollback || len(errs) > 0 || opts.Paused || ds.Spec.UpdateStrategy.Type != appsv1.RollingUpdateDaemonSetStrategyType ||
@@ -172,7 +172,7 @@ func (c *Controller) autoRollback(ctx context.Context, ds *appsv1.DaemonSet, nod
 		prev.Reason == rollout.ReasonProgressDeadlineExceeded && ds.Status.ObservedGeneration >= ds.Generation {
 		why = prev.Message
 	} else {
-		nodeToPods, err := c.getNodesToDaemonPods(ctx, ds, false)
+		nodeToPods, err := pods.get(ctx, c, ds)
 		if err != nil {
 			return false, fmt.Errorf("couldn't get node to daemon pod mapping for daemonset %s/%s: %w", ds.Namespace, ds.Name, err)
 		}

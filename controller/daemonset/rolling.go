@@ -236,8 +236,8 @@ func rollingUpdatePlan(ds *appsv1.DaemonSet, nodes []*corev1.Node, nodeToPods ma
 }
 
 // rollingUpdate runs one RollingUpdate step for ds.
-func (c *Controller) rollingUpdate(ctx context.Context, ds *appsv1.DaemonSet, nodes []*corev1.Node, hash string) error {
-	nodeToPods, err := c.getNodesToDaemonPods(ctx, ds, false)
+func (c *Controller) rollingUpdate(ctx context.Context, ds *appsv1.DaemonSet, nodes []*corev1.Node, hash string, pods *syncPods) error {
+	nodeToPods, err := pods.get(ctx, c, ds)
 	if err != nil {
 		return fmt.Errorf("couldn't get node to daemon pod mapping for daemonset %s/%s: %w", ds.Namespace, ds.Name, err)
 	}
@@ -249,5 +249,5 @@ func (c *Controller) rollingUpdate(ctx context.Context, ds *appsv1.DaemonSet, no
 	if err != nil {
 		return err
 	}
-	return c.syncNodes(ctx, ds, deletes, creates, hash, gate)
+	return c.syncNodes(ctx, ds, deletes, creates, hash, gate, pods)
 }

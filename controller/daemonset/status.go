@@ -160,8 +160,8 @@ func sameStoredCondition(a, b appsv1.DaemonSetStatus, t appsv1.DaemonSetConditio
 // fully available for automatic rollback (rollback.go), and schedules a
 // re-sync when pods are ready but not yet available and when the progress
 // deadline passes.
-func (c *Controller) updateDaemonSetStatus(ctx context.Context, ds *appsv1.DaemonSet, nodes []*corev1.Node, hash string, updateObservedGen bool) error {
-	nodeToPods, err := c.getNodesToDaemonPods(ctx, ds, false)
+func (c *Controller) updateDaemonSetStatus(ctx context.Context, ds *appsv1.DaemonSet, nodes []*corev1.Node, hash string, updateObservedGen bool, pods *syncPods) error {
+	nodeToPods, err := pods.get(ctx, c, ds)
 	if err != nil {
 		return fmt.Errorf("couldn't get node to daemon pod mapping for daemonset %s/%s: %w", ds.Namespace, ds.Name, err)
 	}

@@ -46,14 +46,15 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	}
 	hash := cur.Labels[RevisionHashLabel]
 
+	pods := &syncPods{}
 	if !c.expectations.Satisfied(key) {
-		return c.updateDaemonSetStatus(ctx, ds, nodes, hash, false)
+		return c.updateDaemonSetStatus(ctx, ds, nodes, hash, false, pods)
 	}
-	if rolledBack, err := c.autoRollback(ctx, ds, nodes, cur, old); rolledBack || err != nil {
+	if rolledBack, err := c.autoRollback(ctx, ds, nodes, cur, old, pods); rolledBack || err != nil {
 		return err // the rewritten template syncs next
 	}
-	err = c.manageAndUpdate(ctx, ds, nodes, hash, key, old)
-	statusErr := c.updateDaemonSetStatus(ctx, ds, nodes, hash, true)
+	err = c.manageAndUpdate(ctx, ds, nodes, hash, key, old, pods)
+	statusErr := c.updateDaemonSetStatus(ctx, ds, nodes, hash, true, pods)
 	switch {
 	case err != nil && statusErr != nil:
 		c.logger.Warn("daemonset status update failed", "daemonset", key, "err", statusErr)
@@ -68,12 +69,12 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 // manageAndUpdate is Kubernetes' updateDaemonSet: manage, then (with
 // expectations satisfied) the update strategy, then history cleanup. Both
 // steps obey the rollout settings (rollout.go, docs/rollouts.md).
-func (c *Controller) manageAndUpdate(ctx context.Context, ds *appsv1.DaemonSet, nodes []*corev1.Node, hash, key string, old []*appsv1.ControllerRevision) error {
-	if err := c.manage(ctx, ds, nodes, hash, old); err != nil {
+func (c *Controller) manageAndUpdate(ctx context.Context, ds *appsv1.DaemonSet, nodes []*corev1.Node, hash, key string, old []*appsv1.ControllerRevision, pods *syncPods) error {
+	if err := c.manage(ctx, ds, nodes, hash, old, pods); err != nil {
 		return err
 	}
 	if c.expectations.Satisfied(key) && ds.Spec.UpdateStrategy.Type == appsv1.RollingUpdateDaemonSetStrategyType {
-		if err := c.rollingUpdate(ctx, ds, nodes, hash); err != nil {
+		if err := c.rollingUpdate(ctx, ds, nodes, hash, pods); err != nil {
 			return err
 		}
 	}
