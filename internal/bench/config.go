@@ -117,6 +117,10 @@ type Config struct {
 	// is created and with false after the last timed phase (rollout or
 	// detect): the window a CPU profile should cover.
 	Measuring func(on bool)
+	// FanoutProfile, when set, is called with true right before the watch
+	// fan-out's first write and with false after its last write was seen
+	// (or the phase failed): the window of a CPU profile of the fan-out.
+	FanoutProfile func(on bool)
 	// HeapProfile, when set, receives a heap profile of the server alone
 	// (after the agents stopped).
 	HeapProfile io.Writer

@@ -154,7 +154,9 @@ func fanoutObject(gen int) *corev1.Service {
 // fanout measures the watch fan-out (see Result.FanoutP50Ms): the agents
 // open their watches, the harness writes the Service fanoutWrites times and
 // waits each time until every watch saw the write, then the watches close.
-func fanout(ctx context.Context, srv *benchServer, fl agentFleet, nodes int, res *Result, log *slog.Logger) error {
+// profile, when set, is called with true before the first write and false
+// after the last (Config.FanoutProfile).
+func fanout(ctx context.Context, srv *benchServer, fl agentFleet, nodes int, profile func(on bool), res *Result, log *slog.Logger) error {
 	log.Info("fan-out: opening a Services watch per agent", "watches", nodes)
 	if err := fl.fanoutWatch(ctx, true); err != nil {
 		return err
@@ -164,6 +166,10 @@ func fanout(ctx context.Context, srv *benchServer, fl agentFleet, nodes int, res
 			log.Warn("fan-out: closing the watches", "err", err)
 		}
 	}()
+	if profile != nil {
+		profile(true)
+		defer profile(false)
+	}
 	cpu0 := cpuSeconds()
 	var lat []time.Duration
 	var writes []time.Duration

@@ -260,7 +260,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	}
 	res.StatusP50Ms, res.StatusP99Ms, res.StatusSamples = quantiles(rep.Samples)
 
-	if err := fanout(ctx, srv, fl, cfg.Nodes, res, log); err != nil {
+	if err := fanout(ctx, srv, fl, cfg.Nodes, cfg.FanoutProfile, res, log); err != nil {
 		return nil, err
 	}
 

@@ -65,8 +65,10 @@ func TestRunSmallFleet(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const nodes = 5
+	var fanoutProfile []bool // the calls of FanoutProfile
 	res, err := Run(ctx, Config{
 		Nodes: nodes, Gossip: true, Rollout: true, Detect: true,
+		FanoutProfile: func(on bool) { fanoutProfile = append(fanoutProfile, on) },
 		AgentProcess: func(ctx context.Context, at AgentTarget) *exec.Cmd {
 			b, _ := json.Marshal(at)
 			cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
@@ -102,6 +104,7 @@ func TestRunSmallFleet(t *testing.T) {
 		{"status latency sampled", res.StatusSamples > 0 && res.StatusP50Ms > 0 && res.StatusP99Ms >= res.StatusP50Ms},
 		{"fan-out: every write seen by every agent's watch", res.FanoutWatches == nodes && res.FanoutWrites == fanoutWrites && res.FanoutMissing == 0},
 		{"fan-out latency measured", res.FanoutP50Ms > 0 && res.FanoutP99Ms >= res.FanoutP50Ms && res.FanoutMaxMs >= res.FanoutP99Ms && res.FanoutWriteMs > 0},
+		{"fan-out profile window opened and closed once", slices.Equal(fanoutProfile, []bool{true, false})},
 		{"server RSS read", res.ServerRSSMB > 0},
 		{"heap read", res.HeapMB > 0},
 		{"agent process RSS read", res.AgentRSSMB > 0 && res.AgentAnonMB > 0 && res.AgentAnonMB <= res.AgentRSSMB},

@@ -27,7 +27,7 @@ type benchFleetCommand struct {
 	nodes                          int
 	asJSON, gsp, rollout, detect   bool
 	cpuProfile, logLevel, agentBin string
-	memProfile                     string
+	memProfile, fanoutProfile      string
 	memLimit                       string
 	memoryLimit                    int64
 	idle, soak, idleTraffic        time.Duration
@@ -51,6 +51,7 @@ func (c *benchFleetCommand) flags(fs *pflag.FlagSet) {
 	fs.BoolVar(&c.detect, "detect", false, fmt.Sprintf("measure failure detection of a killed node (turns gossip on; up to %d nodes)", bench.MaxGossipNodes))
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured phases (convergence, rollout, detect) to FILE")
 	fs.StringVar(&c.memProfile, "memprofile", "", "write a heap profile of the server alone (after the agents stopped) to FILE")
+	fs.StringVar(&c.fanoutProfile, "fanout-cpuprofile", "", "write a CPU profile of the server's process over the watch fan-out's writes to FILE")
 	fs.StringVar(&c.memLimit, "memory-limit", "none", "the server's --memory-limit: "+memoryLimitUsage+"; with --agent-procs 0 it limits the agents too")
 	fs.StringVar(&c.logLevel, "log-level", "warn", "log level: debug, info, warn or error")
 	fs.StringVar(&c.agentBin, "agent-binary", "", "binary run as the separate agent process (default: everynode-agent next to this binary, else this one; \"none\" skips agent_rss_mb)")
@@ -88,6 +89,9 @@ func (c *benchFleetCommand) complete(pos []string) error {
 	}
 	if c.idleCPUProfile != "" && c.idleCPU == 0 {
 		return usageError("--idle-cpuprofile needs --idle-cpu", "e.g. --idle-cpu 30s --idle-cpuprofile agent.pprof")
+	}
+	if c.fanoutProfile != "" && c.cpuProfile != "" {
+		return usageError("--fanout-cpuprofile and --cpuprofile cannot be combined (a process writes one CPU profile at a time)", "drop one of them")
 	}
 	if c.agentProcs < 0 || c.cpuLoad < 0 {
 		return usageError("--agent-procs and --cpu-load must not be negative", "e.g. --agent-procs 2 --cpu-load 2")
@@ -162,6 +166,20 @@ func (c *benchFleetCommand) Run(ctx context.Context, std IO) error {
 		}
 		defer f.Close()
 		cfg.HeapProfile = f
+	}
+	if c.fanoutProfile != "" {
+		f, err := os.Create(c.fanoutProfile)
+		if err != nil {
+			return fmt.Errorf("fan-out cpu profile: %w", err)
+		}
+		defer f.Close()
+		cfg.FanoutProfile = func(on bool) {
+			if !on {
+				pprof.StopCPUProfile()
+			} else if err := pprof.StartCPUProfile(f); err != nil {
+				log.Warn("fan-out cpu profile", "err", err)
+			}
+		}
 	}
 	if c.cpuProfile != "" {
 		f, err := os.Create(c.cpuProfile)

@@ -200,6 +200,7 @@ func everyFlag() []flagCase {
 		{"bench fleet", "detect", "", "false", "--detect", "detect", true},
 		{"bench fleet", "cpuprofile", "", "", "--cpuprofile c.out", "cpuProfile", "c.out"},
 		{"bench fleet", "memprofile", "", "", "--memprofile m.out", "memProfile", "m.out"},
+		{"bench fleet", "fanout-cpuprofile", "", "", "--fanout-cpuprofile f.out", "fanoutProfile", "f.out"},
 		{"bench fleet", "log-level", "", "warn", "--log-level debug", "logLevel", "debug"},
 		{"bench fleet", "agent-binary", "", "", "--agent-binary none", "agentBin", "none"},
 		{"bench fleet", "soak", "", "0s", "--soak 10m", "soak", 10 * time.Minute},
