@@ -242,7 +242,15 @@ func podPhase(policy corev1.RestartPolicy, statuses []corev1.ContainerStatus) co
 // writeStatus writes status through the /status subresource when it differs
 // from what the API holds.
 func (a *Agent) writeStatus(ctx context.Context, pod *corev1.Pod, st *podState, status corev1.PodStatus) error {
-	if apiequal.Equal(st.held(pod), &status) {
+	// held may be the pod cache's object, which other goroutines read. A
+	// status holds quantities by pointer only in the dynamic resource
+	// allocation fields, which this agent does not set; comparing may store
+	// their strings in them (apiequal), so a copy is compared then.
+	held := st.held(pod)
+	if len(held.NodeAllocatableResourceClaimStatuses) > 0 {
+		held = held.DeepCopy()
+	}
+	if apiequal.Equal(held, &status) {
 		return nil
 	}
 	if a.static != nil && a.pods.isStatic(pod.UID) {

@@ -159,7 +159,9 @@ func PrepareForUpdate(r *resources.Resource, obj, old resources.Object) {
 	case *corev1.Pod:
 		if op, ok := old.(*corev1.Pod); ok {
 			o.Status = *op.Status.DeepCopy()
-			if !apiequal.Equal(&o.Spec, &op.Spec) { // a pod spec holds no times
+			// Times in a spec (an ephemeral volume's claim template's
+			// metadata) count to the second, as they are stored.
+			if !apiequal.Equal(&o.Spec, &op.Spec) {
 				o.SetGeneration(o.GetGeneration() + 1)
 			}
 		}

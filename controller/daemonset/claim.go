@@ -139,7 +139,8 @@ type syncPods struct {
 }
 
 // get returns the grouping, reading it if needed. The map is the caller's
-// own (steps edit it); the pods are cache objects: read-only.
+// own (steps edit it); its slices are shared and the pods are cache
+// objects: both read-only.
 func (v *syncPods) get(ctx context.Context, c *Controller, ds *appsv1.DaemonSet) (map[string][]*corev1.Pod, error) {
 	if v == nil {
 		return c.getNodesToDaemonPods(ctx, ds, false)

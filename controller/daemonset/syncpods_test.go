@@ -40,10 +40,11 @@ func TestSyncReadsPodsOnceUnlessItWrites(t *testing.T) {
 	addNodes(tc.nodeStore, 0, 5, nil)
 	tc.dsStore.Add(ds)
 
-	// Creates: manage reads; the rolling update and status read again.
+	// Creates: manage reads; status reads again after them (the rolling
+	// update waits until the creates are observed).
 	expectSyncDaemonSets(t, tc, ds, 5, 0, 0)
 	if lists != 2 {
-		t.Errorf("a sync that created pods listed them %d times, want 2 (manage, then once after its creates)", lists)
+		t.Errorf("a sync that created pods listed them %d times, want 2 (manage, then status after the creates)", lists)
 	}
 
 	// Nothing to create or delete: one read for all three steps, and the

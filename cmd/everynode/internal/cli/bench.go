@@ -51,7 +51,7 @@ func (c *benchFleetCommand) flags(fs *pflag.FlagSet) {
 	fs.BoolVar(&c.detect, "detect", false, fmt.Sprintf("measure failure detection of a killed node (turns gossip on; up to %d nodes)", bench.MaxGossipNodes))
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured phases (convergence, rollout, detect) to FILE")
 	fs.StringVar(&c.memProfile, "memprofile", "", "write a heap profile of the server alone (after the agents stopped) to FILE")
-	fs.StringVar(&c.fanoutProfile, "fanout-cpuprofile", "", "write a CPU profile of the server's process over the watch fan-out's writes to FILE")
+	fs.StringVar(&c.fanoutProfile, "fanout-cpuprofile", "", "write a CPU profile of the benchmark's process (with --agent-procs, the server's side) over the watch fan-out's three writes to FILE")
 	fs.StringVar(&c.memLimit, "memory-limit", "none", "the server's --memory-limit: "+memoryLimitUsage+"; with --agent-procs 0 it limits the agents too")
 	fs.StringVar(&c.logLevel, "log-level", "warn", "log level: debug, info, warn or error")
 	fs.StringVar(&c.agentBin, "agent-binary", "", "binary run as the separate agent process (default: everynode-agent next to this binary, else this one; \"none\" skips agent_rss_mb)")
@@ -173,11 +173,18 @@ func (c *benchFleetCommand) Run(ctx context.Context, std IO) error {
 			return fmt.Errorf("fan-out cpu profile: %w", err)
 		}
 		defer f.Close()
+		profiling := false
 		cfg.FanoutProfile = func(on bool) {
-			if !on {
+			switch {
+			case on && !profiling:
+				if err := pprof.StartCPUProfile(f); err != nil {
+					log.Warn("fan-out cpu profile", "err", err)
+					return
+				}
+				profiling = true
+			case !on && profiling:
 				pprof.StopCPUProfile()
-			} else if err := pprof.StartCPUProfile(f); err != nil {
-				log.Warn("fan-out cpu profile", "err", err)
+				profiling = false
 			}
 		}
 	}
