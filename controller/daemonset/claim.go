@@ -133,7 +133,8 @@ func (c *Controller) getDaemonPods(ctx context.Context, ds *appsv1.DaemonSet) ([
 // again, as Kubernetes reads before each step. Between two steps that wrote
 // nothing, a new read would see the cache as it is a few microseconds
 // later, which the pod events that changed it bring to the next sync
-// anyway. A sync with nothing to write reads once instead of three times.
+// anyway. A sync with nothing to write reads once instead of up to four
+// times.
 type syncPods struct {
 	byNode map[string][]*corev1.Pod // nil: not read yet, or read again
 }
