@@ -143,9 +143,6 @@ type syncPods struct {
 // own (steps edit it); its slices are shared and the pods are cache
 // objects: both read-only.
 func (v *syncPods) get(ctx context.Context, c *Controller, ds *appsv1.DaemonSet) (map[string][]*corev1.Pod, error) {
-	if v == nil {
-		return c.getNodesToDaemonPods(ctx, ds, false)
-	}
 	if v.byNode == nil {
 		m, err := c.getNodesToDaemonPods(ctx, ds, false)
 		if err != nil {
@@ -157,11 +154,7 @@ func (v *syncPods) get(ctx context.Context, c *Controller, ds *appsv1.DaemonSet)
 }
 
 // changed marks the grouping stale: the sync created or deleted pods.
-func (v *syncPods) changed() {
-	if v != nil {
-		v.byNode = nil
-	}
-}
+func (v *syncPods) changed() { v.byNode = nil }
 
 // getNodesToDaemonPods groups ds's pods by target node
 // (docs/controller-rules.md §2.4). Terminal pods already being deleted are left

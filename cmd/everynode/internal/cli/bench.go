@@ -173,20 +173,7 @@ func (c *benchFleetCommand) Run(ctx context.Context, std IO) error {
 			return fmt.Errorf("fan-out cpu profile: %w", err)
 		}
 		defer f.Close()
-		profiling := false
-		cfg.FanoutProfile = func(on bool) {
-			switch {
-			case on && !profiling:
-				if err := pprof.StartCPUProfile(f); err != nil {
-					log.Warn("fan-out cpu profile", "err", err)
-					return
-				}
-				profiling = true
-			case !on && profiling:
-				pprof.StopCPUProfile()
-				profiling = false
-			}
-		}
+		cfg.FanoutProfile = cpuProfileWindow(f, "fan-out cpu profile", log)
 	}
 	if c.cpuProfile != "" {
 		f, err := os.Create(c.cpuProfile)
@@ -196,20 +183,7 @@ func (c *benchFleetCommand) Run(ctx context.Context, std IO) error {
 		defer f.Close()
 		// The profile covers the measured phases (convergence to the last
 		// timed phase), not the fleet's start-up.
-		profiling := false
-		cfg.Measuring = func(on bool) {
-			switch {
-			case on && !profiling:
-				if err := pprof.StartCPUProfile(f); err != nil {
-					log.Warn("cpu profile", "err", err)
-					return
-				}
-				profiling = true
-			case !on && profiling:
-				pprof.StopCPUProfile()
-				profiling = false
-			}
-		}
+		cfg.Measuring = cpuProfileWindow(f, "cpu profile", log)
 		defer cfg.Measuring(false)
 	}
 	res, err := bench.Run(ctx, cfg)
@@ -432,4 +406,24 @@ func (c *benchReportCommand) Run(_ context.Context, std IO) error {
 		return err
 	}
 	return os.WriteFile(c.outPath, []byte(sb.String()), 0o644)
+}
+
+// cpuProfileWindow returns a function that starts (true) a CPU profile
+// written to f and stops (false) the profile it started, if any; a profile
+// that cannot start is logged as what and skipped.
+func cpuProfileWindow(f *os.File, what string, log *slog.Logger) func(on bool) {
+	profiling := false
+	return func(on bool) {
+		switch {
+		case on && !profiling:
+			if err := pprof.StartCPUProfile(f); err != nil {
+				log.Warn(what, "err", err)
+				return
+			}
+			profiling = true
+		case !on && profiling:
+			pprof.StopCPUProfile()
+			profiling = false
+		}
+	}
 }
