@@ -318,7 +318,7 @@ type testController struct {
 // newTestController builds a controller whose API is a fake.Client seeded
 // with objs, whose caches are filled by the test, and whose pod control and
 // recorder are fakes. Nothing runs in the background.
-func newTestController(t *testing.T, objs ...*appsv1.DaemonSet) *testController {
+func newTestController(t testing.TB, objs ...*appsv1.DaemonSet) *testController {
 	t.Helper()
 	fc := fake.New()
 	for _, o := range objs {
@@ -398,7 +398,7 @@ func expectSyncDaemonSetsWithError(t *testing.T, tc *testController, ds *appsv1.
 
 // clearExpectations is Kubernetes' helper: forget counters and expectations;
 // pods without a creation time get "now".
-func clearExpectations(t *testing.T, tc *testController, ds *appsv1.DaemonSet) {
+func clearExpectations(t testing.TB, tc *testController, ds *appsv1.DaemonSet) {
 	t.Helper()
 	tc.podControl.Clear()
 	tc.expectations.Delete(dsKey(ds))
@@ -417,7 +417,7 @@ func markPodsReady(tc *testController) {
 }
 
 // lastStatusUpdate returns the DaemonSet as last written through UpdateStatus, or nil.
-func lastStatusUpdate(t *testing.T, tc *testController, ds *appsv1.DaemonSet) *appsv1.DaemonSet {
+func lastStatusUpdate(t testing.TB, tc *testController, ds *appsv1.DaemonSet) *appsv1.DaemonSet {
 	t.Helper()
 	written := false
 	for _, a := range tc.client.Actions() {

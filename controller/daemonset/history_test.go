@@ -22,7 +22,7 @@ import (
 // numbers, dedup, collisions and cleanup.
 
 // syncHistoryStore makes the revision cache equal the fake API's revisions.
-func syncHistoryStore(t *testing.T, tc *testController) []*appsv1.ControllerRevision {
+func syncHistoryStore(t testing.TB, tc *testController) []*appsv1.ControllerRevision {
 	t.Helper()
 	items, _, err := tc.client.List(context.Background(), resources.ControllerRevisions, "", client.ListOptions{})
 	if err != nil {

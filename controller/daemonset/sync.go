@@ -24,13 +24,12 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	ds, err := c.dsLister.DaemonSets(namespace).Get(name) // cache object: read-only
 	if apierrors.IsNotFound(err) {
 		c.expectations.Delete(key)
+		c.statusOnly.forget(key)
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("get daemonset %s from cache: %w", key, err)
 	}
-	nodes := c.listNodes()
-
 	if ds.Spec.Selector != nil && equality.Semantic.DeepEqual(*ds.Spec.Selector, metav1.LabelSelector{}) {
 		c.recorder.Eventf(ds, corev1.EventTypeWarning, ReasonSelectingAll,
 			"This daemon set is selecting all pods. A non-empty selector is required.")
@@ -48,8 +47,13 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 
 	pods := &syncPods{}
 	if !c.expectations.Satisfied(key) {
-		return c.updateDaemonSetStatus(ctx, ds, nodes, hash, false, pods)
+		if wait := c.statusOnly.wait(key, c.clock.Now(), StatusOnlyInterval); wait > 0 {
+			c.queue.AddAfter(key, wait)
+			return nil
+		}
+		return c.updateDaemonSetStatus(ctx, ds, c.listNodes(), hash, false, pods)
 	}
+	nodes := c.listNodes()
 	if rolledBack, err := c.autoRollback(ctx, ds, nodes, cur, old, pods); rolledBack || err != nil {
 		return err // the rewritten template syncs next
 	}
