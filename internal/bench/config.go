@@ -109,6 +109,11 @@ type Config struct {
 	// process writes a CPU profile of that window (sampled at
 	// IdleProfileHz: an idle agent runs for a few ms a second).
 	IdleCPUProfile string
+	// AgentsCPUProfile, when set, is where the first agent process writes a
+	// CPU profile of the measured phases, the window Measuring says (needs
+	// AgentProcs; not with IdleCPUProfile, since a process writes one
+	// profile at a time).
+	AgentsCPUProfile string
 	// Dir is where the temporary directory is made; "" is os.TempDir.
 	Dir string
 	// Timeout bounds each measured phase; 0 means 10 minutes.

@@ -84,8 +84,10 @@ type request struct {
 	Spec *childSpec `json:"spec,omitempty"`
 	On   bool       `json:"on,omitempty"`
 	Name string     `json:"name,omitempty"`
-	// Path is where a profile request writes the profile.
+	// Path is where a profile request writes the profile, sampling Hz
+	// times a second (0: IdleProfileHz).
 	Path string `json:"path,omitempty"`
+	Hz   int    `json:"hz,omitempty"`
 	// RV and TimeoutMS: a fanout-wait request's version and bound.
 	RV        string `json:"rv,omitempty"`
 	TimeoutMS int64  `json:"timeout_ms,omitempty"`
@@ -204,7 +206,7 @@ func serveControl(ctx context.Context, in io.ReadCloser, out io.Writer, start st
 		case r.Op == opStart:
 			fl, err = start(ctx, *r.Spec)
 		case r.Op == opProfile && r.On:
-			err = prof.start(r.Path)
+			err = prof.start(r.Path, r.Hz)
 		case r.Op == opProfile:
 			err = prof.stop()
 		case r.Op == opStop:
@@ -249,7 +251,7 @@ func serveControl(ctx context.Context, in io.ReadCloser, out io.Writer, start st
 // cpuProfile is a child's CPU profile, written to a file while it runs.
 type cpuProfile struct{ f *os.File }
 
-func (p *cpuProfile) start(path string) error {
+func (p *cpuProfile) start(path string, hz int) error {
 	if p.f != nil {
 		return errors.New("a CPU profile is already running")
 	}
@@ -258,7 +260,10 @@ func (p *cpuProfile) start(path string) error {
 		return fmt.Errorf("cpu profile: %w", err)
 	}
 	// StartCPUProfile keeps a rate set before it (and says so on stderr).
-	runtime.SetCPUProfileRate(IdleProfileHz)
+	if hz == 0 {
+		hz = IdleProfileHz
+	}
+	runtime.SetCPUProfileRate(hz)
 	if err := pprof.StartCPUProfile(f); err != nil {
 		f.Close()
 		return fmt.Errorf("cpu profile: %w", err)

@@ -58,6 +58,9 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	if (cfg.AgentProcs > 0 || cfg.CPULoad > 0) && cfg.AgentsCommand == nil {
 		return nil, errors.New("bench: AgentProcs and CPULoad need AgentsCommand")
 	}
+	if cfg.AgentsCPUProfile != "" && (cfg.AgentProcs == 0 || cfg.IdleCPUProfile != "") {
+		return nil, errors.New("bench: AgentsCPUProfile needs AgentProcs and cannot be combined with IdleCPUProfile")
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -196,6 +199,11 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	if cfg.Measuring != nil {
 		cfg.Measuring(true)
 	}
+	stopAgentsProfile, err := agentsProfile(ctx, pf, cfg.AgentsCPUProfile, log)
+	if err != nil {
+		return nil, err
+	}
+	defer stopAgentsProfile()
 	cpu0, acpu0 := cpuSeconds(), agentsCPU()
 	hist, err := converge(ctx, srv, fl, cfg, res, log)
 	if err != nil {
@@ -273,7 +281,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	if cfg.IdleCPU > 0 {
 		if pf == nil {
 			res.Notes = append(res.Notes, "idle CPU per agent is measured only with agent processes (--agent-procs)")
-		} else if err := idleCPU(ctx, pf.pids(), cfg.Nodes, cfg.IdleCPU, pf.profiler(cfg.IdleCPUProfile), res, log); err != nil {
+		} else if err := idleCPU(ctx, pf.pids(), cfg.Nodes, cfg.IdleCPU, pf.profiler(cfg.IdleCPUProfile, 0), res, log); err != nil {
 			return nil, err
 		}
 	}
@@ -322,6 +330,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	if cfg.Measuring != nil {
 		cfg.Measuring(false)
 	}
+	stopAgentsProfile()
 	if cfg.Soak > 0 {
 		log.Info("soaking: the fleet idles while Node readiness is watched", "for", cfg.Soak)
 		select {
@@ -691,4 +700,29 @@ func idleTraffic(ctx context.Context, fl agentFleet, d, settle time.Duration, no
 	idleRates(r1.Traffic.sub(r0.Traffic), res.IdleTrafficS, nodes, res)
 	log.Info("idle traffic per agent", "in_bytes_per_s", res.IdleBytesPerSIn, "out_bytes_per_s", res.IdleBytesPerSOut)
 	return nil
+}
+
+// AgentsProfileHz is the sampling rate of an agent process's CPU profile over
+// the measured phases, where it is busy: pprof's default.
+const AgentsProfileHz = 100
+
+// agentsProfile starts a CPU profile of pf's first agent process written to
+// path and returns what stops it (once; later calls do nothing). With no
+// path it starts nothing.
+func agentsProfile(ctx context.Context, pf *procFleet, path string, log *slog.Logger) (stop func(), err error) {
+	if path == "" || pf == nil {
+		return func() {}, nil
+	}
+	prof := pf.profiler(path, AgentsProfileHz)
+	if err := prof(ctx, true); err != nil {
+		return nil, fmt.Errorf("agents cpu profile: %w", err)
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			if err := prof(context.WithoutCancel(ctx), false); err != nil {
+				log.Warn("agents cpu profile", "err", err)
+			}
+		})
+	}, nil
 }

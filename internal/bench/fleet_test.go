@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -187,11 +188,16 @@ func TestRunSmallFleetAgentProcsStatic(t *testing.T) {
 	// More processes than nodes: one agent each. The server's memory
 	// limit (generous: this process also runs the test) is set while it
 	// runs and put back when it closes.
+	// The first agent process profiles the measured phases.
 	was := debug.SetMemoryLimit(-1)
+	profile := filepath.Join(t.TempDir(), "agents.pprof")
 	res, err := Run(ctx, Config{Nodes: nodes, AgentProcs: 5, AgentsCommand: agentsChildCommand, Dir: t.TempDir(), Timeout: time.Minute,
-		MemoryLimit: 1 << 30})
+		MemoryLimit: 1 << 30, AgentsCPUProfile: profile})
 	if err != nil {
 		t.Fatalf("Run: %v", err)
+	}
+	if b, err := os.ReadFile(profile); err != nil || len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+		t.Errorf("agents' CPU profile: %v, %d bytes; want a gzipped pprof profile", err, len(b))
 	}
 	if res.PodsRunning != nodes || res.AgentProcs != nodes || res.Gossip || res.FalseNotReady != 0 || res.Connections < nodes {
 		t.Errorf("result %+v: want %d pods Running, %d processes, no gossip, no false NotReady, a connection per process", *res, nodes, nodes)

@@ -463,13 +463,14 @@ func (p *procFleet) pids() []int {
 }
 
 // profiler returns a function that starts (true) and stops (false) a CPU
-// profile of the first child written to path; nil when path is empty.
-func (p *procFleet) profiler(path string) func(ctx context.Context, on bool) error {
+// profile of the first child written to path, sampling hz times a second (0:
+// IdleProfileHz); nil when path is empty.
+func (p *procFleet) profiler(path string, hz int) func(ctx context.Context, on bool) error {
 	if path == "" {
 		return nil
 	}
 	return func(ctx context.Context, on bool) error {
-		_, err := p.children[0].request(ctx, request{Op: opProfile, On: on, Path: path}, p.timeout)
+		_, err := p.children[0].request(ctx, request{Op: opProfile, On: on, Path: path, Hz: hz}, p.timeout)
 		return err
 	}
 }

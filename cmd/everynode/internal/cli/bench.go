@@ -33,7 +33,7 @@ type benchFleetCommand struct {
 	idle, soak, idleTraffic        time.Duration
 	idleSettle                     time.Duration
 	idleCPU                        time.Duration
-	idleCPUProfile                 string
+	idleCPUProfile, agentsProfile  string
 	gossipProfile                  string
 	agentProcs, cpuLoad            int
 	unreachable                    int
@@ -64,6 +64,7 @@ func (c *benchFleetCommand) flags(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.idleSettle, "idle-settle", 0, "with --idle-traffic, idle this long before counting (0: 5 s); longer than twice the gossip push/pull interval counts it at its steady rate")
 	fs.DurationVar(&c.idleTraffic, "idle-traffic", 0, "once every pod runs, count each agent's idle network traffic (API connections and gossip, bytes/s in and out) over this long; agents then post Node status at the real agent's 10 s period (0: not measured)")
 	fs.DurationVar(&c.idleCPU, "idle-cpu", 0, "once every pod runs, measure the agent processes' idle CPU (ms/s per agent) and wake-ups (context switches/s per agent) over this long, with the load average; agents then post Node status at the real agent's period; needs --agent-procs (0: not measured)")
+	fs.StringVar(&c.agentsProfile, "agents-cpuprofile", "", "with --agent-procs, write a CPU profile of the first agent process over the measured phases (convergence to the last timed phase) to FILE")
 	fs.StringVar(&c.idleCPUProfile, "idle-cpuprofile", "", "with --idle-cpu, write a CPU profile of the first agent process over that window to FILE")
 	fs.IntVar(&c.unreachable, "rollout-unreachable", 0, "measure one more image rollout (maxUnavailable 10%) during which PCT % of the nodes are stopped mid-rollout (0: none)")
 	fs.BoolVar(&c.unreachableBlocks, "unreachable-blocks", false, "run that rollout with rollout.everynode.io/unreachable-blocks \"true\" (Kubernetes' rule), for comparison")
@@ -89,6 +90,12 @@ func (c *benchFleetCommand) complete(pos []string) error {
 	}
 	if c.idleCPUProfile != "" && c.idleCPU == 0 {
 		return usageError("--idle-cpuprofile needs --idle-cpu", "e.g. --idle-cpu 30s --idle-cpuprofile agent.pprof")
+	}
+	if c.agentsProfile != "" && c.agentProcs == 0 {
+		return usageError("--agents-cpuprofile needs the agents in child processes", "e.g. --agent-procs 2 --agents-cpuprofile agents.pprof")
+	}
+	if c.agentsProfile != "" && c.idleCPUProfile != "" {
+		return usageError("--agents-cpuprofile and --idle-cpuprofile cannot be combined (an agent process writes one CPU profile at a time)", "drop one of them")
 	}
 	if c.fanoutProfile != "" && c.cpuProfile != "" {
 		return usageError("--fanout-cpuprofile and --cpuprofile cannot be combined (a process writes one CPU profile at a time)", "drop one of them")
@@ -158,6 +165,13 @@ func (c *benchFleetCommand) Run(ctx context.Context, std IO) error {
 			return fmt.Errorf("idle cpu profile: %w", err)
 		}
 		cfg.IdleCPUProfile = p
+	}
+	if c.agentsProfile != "" {
+		p, err := filepath.Abs(c.agentsProfile) // the child writes it
+		if err != nil {
+			return fmt.Errorf("agents cpu profile: %w", err)
+		}
+		cfg.AgentsCPUProfile = p
 	}
 	if c.memProfile != "" {
 		f, err := os.Create(c.memProfile)

@@ -212,6 +212,7 @@ func everyFlag() []flagCase {
 		{"bench fleet", "idle-traffic", "", "0s", "--idle-traffic 5m", "idleTraffic", 5 * time.Minute},
 		{"bench fleet", "idle-settle", "", "0s", "--idle-traffic 5m --idle-settle 10m", "idleSettle", 10 * time.Minute},
 		{"bench fleet", "idle-cpu", "", "0s", "--agent-procs 2 --idle-cpu 30s", "idleCPU", 30 * time.Second},
+		{"bench fleet", "agents-cpuprofile", "", "", "--agent-procs 2 --agents-cpuprofile a.pprof", "agentsProfile", "a.pprof"},
 		{"bench fleet", "idle-cpuprofile", "", "", "--agent-procs 2 --idle-cpu 30s --idle-cpuprofile a.pprof", "idleCPUProfile", "a.pprof"},
 		{"bench fleet", "unreachable-blocks", "", "false", "--rollout-unreachable 5 --unreachable-blocks", "unreachableBlocks", true},
 		{"bench fleet", "own-connections", "", "false", "--own-connections", "ownConns", true},
