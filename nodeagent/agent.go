@@ -195,9 +195,10 @@ type Agent struct {
 	mu    sync.Mutex
 	state map[types.UID]*podState // touched only by the worker holding the UID
 
-	relistMu  sync.Mutex
-	lastSeen  map[types.UID]string // relist fingerprints
-	relistNow chan struct{}        // pokes the relist loop (after a full pod list)
+	relistMu   sync.Mutex
+	lastSeen   map[types.UID]string // relist fingerprints
+	relistNow  chan struct{}        // pokes the relist loop (after a full pod list)
+	nodeLabels runtime.Labels       // selects this node's containers; read-only
 
 	// facts and runtimeVersion are reported in the Node's status; set by Run.
 	facts          hostFacts
@@ -268,18 +269,19 @@ func New(cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	a := &Agent{
-		cfg:       cfg,
-		clock:     cfg.Clock,
-		log:       cfg.Logger.With("node", cfg.NodeName),
-		rt:        cfg.Runtime,
-		api:       cfg.Client,
-		source:    cfg.Source,
-		probe:     proberFor(cfg.Runtime),
-		state:     make(map[types.UID]*podState),
-		lastSeen:  make(map[types.UID]string),
-		relistNow: make(chan struct{}, 1),
-		prepull:   make(chan []string, 1),
-		health:    &apiHealth{clock: cfg.Clock},
+		cfg:        cfg,
+		clock:      cfg.Clock,
+		log:        cfg.Logger.With("node", cfg.NodeName),
+		rt:         cfg.Runtime,
+		api:        cfg.Client,
+		source:     cfg.Source,
+		probe:      proberFor(cfg.Runtime),
+		state:      make(map[types.UID]*podState),
+		lastSeen:   make(map[types.UID]string),
+		relistNow:  make(chan struct{}, 1),
+		nodeLabels: runtime.Labels{runtime.LabelNode: cfg.NodeName},
+		prepull:    make(chan []string, 1),
+		health:     &apiHealth{clock: cfg.Clock},
 	}
 	tokens := cfg.Tokens
 	if tr, ok := cfg.Client.(TokenRequester); ok && tokens == nil {
@@ -501,11 +503,6 @@ func (a *Agent) knownState(uid types.UID) *podState {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.state[uid]
-}
-
-// nodeFilter selects this node's containers.
-func (a *Agent) nodeFilter() runtime.Labels {
-	return runtime.Labels{runtime.LabelNode: a.cfg.NodeName}
 }
 
 // podFilter selects one pod's containers on this node.

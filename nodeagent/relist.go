@@ -31,14 +31,14 @@ func (a *Agent) relistLoop(ctx context.Context) {
 // UID with containers but no desired pod (the sweep: its sync removes them),
 // and removes containers of this node that name no pod at all.
 func (a *Agent) relist(ctx context.Context) {
-	list, err := a.rt.ListContainers(ctx, a.nodeFilter())
+	list, err := a.rt.ListContainers(ctx, a.nodeLabels)
 	if err != nil {
 		if ctx.Err() == nil {
 			a.log.Warn("relist failed", "err", err)
 		}
 		return
 	}
-	desired, synced := a.pods.uids()
+	synced := a.pods.synced()
 	byPod := make(map[types.UID][]string)
 	for _, c := range list {
 		uid := types.UID(c.Labels[runtime.LabelPodUID])
@@ -60,7 +60,7 @@ func (a *Agent) relist(ctx context.Context) {
 		slices.Sort(entries)
 		fp := strings.Join(entries, ",")
 		seen[uid] = fp
-		if a.lastSeen[uid] != fp || (synced && !desired[uid]) {
+		if a.lastSeen[uid] != fp || (synced && !a.pods.desires(uid)) {
 			a.enqueue(uid)
 		}
 	}

@@ -199,17 +199,19 @@ func (c *podCache) forget(uid types.UID) {
 	}
 }
 
-// uids returns the desired UIDs and whether the cache has synced.
-func (c *podCache) uids() (map[types.UID]bool, bool) {
+// synced reports whether every set has synced.
+func (c *podCache) synced() bool {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	out := make(map[types.UID]bool)
-	for _, s := range c.sets {
-		for uid := range s.pods {
-			out[uid] = true
-		}
-	}
-	return out, c.allSynced()
+	return c.allSynced()
+}
+
+// desires reports whether some set desires uid.
+func (c *podCache) desires(uid types.UID) bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	p, _ := c.lookup(uid)
+	return p != nil
 }
 
 // find returns the desired pod with this namespace and name, or nil.

@@ -102,7 +102,7 @@ type Runtime interface {
 	// Removing an absent container is not an error.
 	RemoveContainer(ctx context.Context, id string) error
 	// ListContainers returns the containers (any state) carrying every label
-	// of filter, in no particular order.
+	// of filter, in no particular order. It does not change filter.
 	ListContainers(ctx context.Context, filter Labels) ([]Container, error)
 	// ContainerStatus inspects one container; an absent one is kind NotFound.
 	ContainerStatus(ctx context.Context, id string) (ContainerStatus, error)
