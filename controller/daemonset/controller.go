@@ -65,7 +65,7 @@ type Controller struct {
 	unreachableGrace  time.Duration
 	failedPodsBackoff *flowcontrol.Backoff
 	expectations      *expectations
-	statusOnly        *pacer // status-only syncs, one per StatusOnlyInterval
+	statusPacer       *pacer // status-only syncs, one per StatusOnlyInterval
 
 	// The listers read the informers' caches. Their objects are shared
 	// with the informers (and, in process, with the API server's watch
@@ -111,7 +111,7 @@ func New(cfg Config) (_ *Controller, err error) {
 		unreachableGrace:  cfg.UnreachableGrace,
 		failedPodsBackoff: flowcontrol.NewFakeBackOff(FailedPodBackoffInitial, FailedPodBackoffMax, clk),
 		expectations:      newExpectations(clk),
-		statusOnly:        newPacer(),
+		statusPacer:       newPacer(),
 		queue:             workers.NewQueue[string](clk),
 	}
 	defer workers.ShutDownOnError(c.queue, &err)

@@ -8,6 +8,7 @@
 //     shared with the other controllers under controller.RunAll).
 //   - handlers.go:   informer event handlers; they only enqueue keys (§2.1).
 //   - sync.go:       the level-triggered sync of one DaemonSet (§2.2).
+//   - pace.go:       status-only syncs at most once a StatusOnlyInterval (§2.2 step 6).
 //   - eligibility.go: NodeShouldRunDaemonPod and the automatic tolerations (§1).
 //   - pods.go:       readiness, availability, the created pod's shape (§2.7, §3.1–3.2).
 //   - claim.go:      adoption and release by selector and ownerReference (§2.3–2.4).
@@ -45,6 +46,8 @@
 //   - A node going down or coming back re-syncs the DaemonSets that run there.
 //   - Events are written one by one from a bounded queue (no aggregation or
 //     spam filtering as in client-go's broadcaster).
+//   - While expectations are unsatisfied, a DaemonSet's status is recounted
+//     at most once a StatusOnlyInterval (Kubernetes: on every sync).
 //
 // The controller is safe for concurrent use; Run may be called once.
 package daemonset

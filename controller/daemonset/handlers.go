@@ -52,6 +52,7 @@ func (c *Controller) deleteDaemonSet(obj any) {
 		return
 	}
 	c.expectations.Delete(dsKey(ds))
+	c.statusPacer.forget(dsKey(ds))
 	c.enqueue(ds)
 }
 

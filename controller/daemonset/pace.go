@@ -22,21 +22,25 @@ type pacer struct {
 
 func newPacer() *pacer { return &pacer{last: map[string]time.Time{}} }
 
-// wait returns how long key must wait for its next status-only sync at now;
-// when that is zero it records now as key's last.
+// wait returns how long key must still wait at now for its next status-only
+// sync, every after its last; zero when it may run.
 func (p *pacer) wait(key string, now time.Time, every time.Duration) time.Duration {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if last, ok := p.last[key]; ok {
-		if d := last.Add(every).Sub(now); d > 0 {
-			return d
-		}
+		return max(last.Add(every).Sub(now), 0)
 	}
-	p.last[key] = now
 	return 0
 }
 
-// forget drops key (its DaemonSet is gone).
+// ran records a status-only sync of key at now.
+func (p *pacer) ran(key string, now time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.last[key] = now
+}
+
+// forget drops key (its DaemonSet is gone, or another took its name).
 func (p *pacer) forget(key string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -1,13 +1,16 @@
 package daemonset
 
 import (
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/everynode/everynode/client/fake"
+	"github.com/everynode/everynode/internal/testkit"
 )
 
-// statusWrites counts the DaemonSet status updates the fake API received.
+// statusWrites counts the DaemonSet status updates the fake API received
+// (failed ones included).
 func statusWrites(tc *testController) int {
 	n := 0
 	for _, a := range tc.client.Actions() {
@@ -29,6 +32,9 @@ func TestStatusOnlySyncsArePaced(t *testing.T) {
 	addNodes(tc.nodeStore, 0, 3, nil)
 	key := dsKey(ds)
 	tc.expectations.Set(key, 3, 0)
+	// The work queue's heartbeat ticker: the delayed re-queue below adds a
+	// timer to it.
+	testkit.EventuallyTrue(t, 10*time.Second, "the work queue's heartbeat on the fake clock", tc.clock.HasWaiters)
 
 	expectSyncDaemonSets(t, tc, ds, 0, 0, 0)
 	if u := lastStatusUpdate(t, tc, ds); u == nil || u.Status.DesiredNumberScheduled != 3 || u.Status.CurrentNumberScheduled != 0 {
@@ -37,27 +43,25 @@ func TestStatusOnlySyncsArePaced(t *testing.T) {
 	writes := statusWrites(tc)
 
 	// A pod appears but the other creates are still unobserved: the next
-	// sync, in the same instant, is held back and writes nothing.
+	// sync, within the interval, is held back and writes nothing.
 	addPods(tc.podStore, "node-0", simpleDaemonSetLabel, ds, 1)
 	tc.clock.Step(StatusOnlyInterval - time.Millisecond)
+	waiters := tc.clock.Waiters()
 	expectSyncDaemonSets(t, tc, ds, 0, 0, 0)
 	if n := statusWrites(tc); n != writes {
 		t.Fatalf("a status-only sync %v after the last wrote the status (%d writes, want %d)", StatusOnlyInterval-time.Millisecond, n, writes)
 	}
+	// Stepping the clock before the queue arms its timer would leave the
+	// timer a millisecond in the future for good.
+	testkit.EventuallyTrue(t, 10*time.Second, "the held-back key's timer", func() bool { return tc.clock.Waiters() > waiters })
 	if n := tc.queue.Len(); n != 0 {
-		t.Fatalf("the held-back key was queued at once (%d queued)", n)
+		t.Fatalf("the held-back key was queued before the interval ended (%d queued)", n)
 	}
 
 	// When the interval has passed, the key is queued again, and that
 	// sync counts the pod.
 	tc.clock.Step(time.Millisecond)
-	deadline := time.Now().Add(10 * time.Second)
-	for tc.queue.Len() == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the held-back key was not queued again after the interval")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testkit.EventuallyTrue(t, 10*time.Second, "the held-back key queued again after the interval", func() bool { return tc.queue.Len() > 0 })
 	if keys := queuedKeys(tc); len(keys) != 1 || keys[0] != key {
 		t.Fatalf("queued %v, want [%s]", keys, key)
 	}
@@ -72,27 +76,80 @@ func TestStatusOnlySyncsArePaced(t *testing.T) {
 	expectSyncDaemonSets(t, tc, ds, 2, 0, 0)
 }
 
+// TestStatusOnlyPacingCountsOnlyWrittenStatus: a recount whose status write
+// failed does not hold the next one back (the failure is retried with the
+// queue's back-off, as before).
+func TestStatusOnlyPacingCountsOnlyWrittenStatus(t *testing.T) {
+	ds := newDaemonSet("foo")
+	tc := newTestController(t, ds)
+	tc.dsStore.Add(ds)
+	addNodes(tc.nodeStore, 0, 3, nil)
+	key := dsKey(ds)
+	tc.expectations.Set(key, 3, 0)
+
+	boom := errors.New("etcd unavailable")
+	tc.client.Fail(fake.VerbUpdate, "daemonsets/status", boom)
+	expectSyncDaemonSetsWithError(t, tc, ds, 0, 0, 0, boom)
+	failed := statusWrites(tc)
+	if failed == 0 {
+		t.Fatal("the status-only sync tried no status write")
+	}
+	tc.client.Fail(fake.VerbUpdate, "daemonsets/status", nil)
+	expectSyncDaemonSets(t, tc, ds, 0, 0, 0)
+	if u := lastStatusUpdate(t, tc, ds); statusWrites(tc) == failed || u == nil || u.Status.DesiredNumberScheduled != 3 {
+		t.Fatalf("the retry right after a failed write: %d writes (%d before), status %+v", statusWrites(tc), failed, u)
+	}
+}
+
+// TestStatusOnlyPacingForgetsDeletedDaemonSets: a DaemonSet deleted and
+// created again under its name is not held back by its predecessor's
+// recount, whether the sync or the delete handler saw it go first.
+func TestStatusOnlyPacingForgetsDeletedDaemonSets(t *testing.T) {
+	for _, viaHandler := range []bool{false, true} {
+		ds := newDaemonSet("foo")
+		tc := newTestController(t, ds)
+		tc.dsStore.Add(ds)
+		addNodes(tc.nodeStore, 0, 3, nil)
+		key := dsKey(ds)
+		tc.expectations.Set(key, 3, 0)
+		expectSyncDaemonSets(t, tc, ds, 0, 0, 0)
+		if d := tc.statusPacer.wait(key, tc.clock.Now(), StatusOnlyInterval); d != StatusOnlyInterval {
+			t.Fatalf("after a recount the key waits %v, want %v", d, StatusOnlyInterval)
+		}
+
+		tc.dsStore.Delete(ds)
+		if viaHandler {
+			tc.deleteDaemonSet(ds)
+		} else {
+			expectSyncDaemonSets(t, tc, ds, 0, 0, 0)
+		}
+		if d := tc.statusPacer.wait(key, tc.clock.Now(), StatusOnlyInterval); d != 0 {
+			t.Errorf("handler %v: a deleted DaemonSet's key still waits %v", viaHandler, d)
+		}
+	}
+}
+
 func TestPacer(t *testing.T) {
 	p := newPacer()
 	t0 := time.Unix(1000, 0)
 	if d := p.wait("a", t0, time.Second); d != 0 {
 		t.Fatalf("first wait %v, want 0", d)
 	}
+	p.ran("a", t0)
 	if d := p.wait("a", t0.Add(300*time.Millisecond), time.Second); d != 700*time.Millisecond {
-		t.Fatalf("wait 300ms after %v, want 700ms", d)
+		t.Fatalf("wait 300ms after a run: %v, want 700ms", d)
 	}
 	if d := p.wait("b", t0, time.Second); d != 0 {
 		t.Fatalf("another key waited %v", d)
 	}
-	// A held-back wait does not move the last time.
 	if d := p.wait("a", t0.Add(time.Second), time.Second); d != 0 {
-		t.Fatalf("wait a second after %v, want 0", d)
+		t.Fatalf("wait a second after a run: %v, want 0", d)
 	}
-	if d := p.wait("a", t0.Add(1500*time.Millisecond), time.Second); d != 500*time.Millisecond {
-		t.Fatalf("wait after the second pass %v, want 500ms", d)
+	if d := p.wait("a", t0.Add(5*time.Second), time.Second); d != 0 {
+		t.Fatalf("wait long after a run: %v, want 0", d)
 	}
 	p.forget("a")
-	if d := p.wait("a", t0.Add(1600*time.Millisecond), time.Second); d != 0 {
+	if d := p.wait("a", t0.Add(100*time.Millisecond), time.Second); d != 0 {
 		t.Fatalf("forgotten key waited %v", d)
 	}
 }

@@ -24,7 +24,7 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	ds, err := c.dsLister.DaemonSets(namespace).Get(name) // cache object: read-only
 	if apierrors.IsNotFound(err) {
 		c.expectations.Delete(key)
-		c.statusOnly.forget(key)
+		c.statusPacer.forget(key)
 		return nil
 	}
 	if err != nil {
@@ -38,6 +38,13 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	if ds.DeletionTimestamp != nil {
 		return nil
 	}
+	now := c.clock.Now()
+	if !c.expectations.Satisfied(key) {
+		if wait := c.statusPacer.wait(key, now, StatusOnlyInterval); wait > 0 {
+			c.queue.AddAfter(key, wait) // step 6, paced: nothing read or written
+			return nil
+		}
+	}
 
 	cur, old, err := c.constructHistory(ctx, ds)
 	if err != nil {
@@ -47,11 +54,11 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 
 	pods := &syncPods{}
 	if !c.expectations.Satisfied(key) {
-		if wait := c.statusOnly.wait(key, c.clock.Now(), StatusOnlyInterval); wait > 0 {
-			c.queue.AddAfter(key, wait)
-			return nil
+		if err := c.updateDaemonSetStatus(ctx, ds, c.listNodes(), hash, false, pods); err != nil {
+			return err // retried with back-off, not paced
 		}
-		return c.updateDaemonSetStatus(ctx, ds, c.listNodes(), hash, false, pods)
+		c.statusPacer.ran(key, now)
+		return nil
 	}
 	nodes := c.listNodes()
 	if rolledBack, err := c.autoRollback(ctx, ds, nodes, cur, old, pods); rolledBack || err != nil {

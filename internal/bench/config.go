@@ -111,8 +111,8 @@ type Config struct {
 	IdleCPUProfile string
 	// AgentsCPUProfile, when set, is where the first agent process writes a
 	// CPU profile of the measured phases, the window Measuring says (needs
-	// AgentProcs; not with IdleCPUProfile, since a process writes one
-	// profile at a time).
+	// AgentProcs; not with IdleCPU, whose window it would cover and whose
+	// figures its sampling would raise).
 	AgentsCPUProfile string
 	// Dir is where the temporary directory is made; "" is os.TempDir.
 	Dir string

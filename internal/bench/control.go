@@ -54,6 +54,9 @@ const (
 // once every two seconds.
 const IdleProfileHz = 1000
 
+// pprofDefaultHz is the rate runtime/pprof.StartCPUProfile sets.
+const pprofDefaultHz = 100
+
 // childSpec is what a child runs: agents for Nodes against Server, or a CPU
 // burner of Burn goroutines.
 type childSpec struct {
@@ -259,11 +262,14 @@ func (p *cpuProfile) start(path string, hz int) error {
 	if err != nil {
 		return fmt.Errorf("cpu profile: %w", err)
 	}
-	// StartCPUProfile keeps a rate set before it (and says so on stderr).
+	// StartCPUProfile keeps a rate set before it (and says so on stderr);
+	// its own is pprofDefaultHz.
 	if hz == 0 {
 		hz = IdleProfileHz
 	}
-	runtime.SetCPUProfileRate(hz)
+	if hz != pprofDefaultHz {
+		runtime.SetCPUProfileRate(hz)
+	}
 	if err := pprof.StartCPUProfile(f); err != nil {
 		f.Close()
 		return fmt.Errorf("cpu profile: %w", err)

@@ -58,8 +58,8 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	if (cfg.AgentProcs > 0 || cfg.CPULoad > 0) && cfg.AgentsCommand == nil {
 		return nil, errors.New("bench: AgentProcs and CPULoad need AgentsCommand")
 	}
-	if cfg.AgentsCPUProfile != "" && (cfg.AgentProcs == 0 || cfg.IdleCPUProfile != "") {
-		return nil, errors.New("bench: AgentsCPUProfile needs AgentProcs and cannot be combined with IdleCPUProfile")
+	if cfg.AgentsCPUProfile != "" && (cfg.AgentProcs == 0 || cfg.IdleCPU > 0) {
+		return nil, errors.New("bench: AgentsCPUProfile needs AgentProcs and cannot be combined with IdleCPU (the profile would run in the idle window)")
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -704,7 +704,7 @@ func idleTraffic(ctx context.Context, fl agentFleet, d, settle time.Duration, no
 
 // AgentsProfileHz is the sampling rate of an agent process's CPU profile over
 // the measured phases, where it is busy: pprof's default.
-const AgentsProfileHz = 100
+const AgentsProfileHz = pprofDefaultHz
 
 // agentsProfile starts a CPU profile of pf's first agent process written to
 // path and returns what stops it (once; later calls do nothing). With no
@@ -720,7 +720,11 @@ func agentsProfile(ctx context.Context, pf *procFleet, path string, log *slog.Lo
 	var once sync.Once
 	return func() {
 		once.Do(func() {
-			if err := prof(context.WithoutCancel(ctx), false); err != nil {
+			// Bounded like a child's stop: on an error path the child may be
+			// wedged, and it writes the profile out when it stops anyway.
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), childStopTimeout)
+			defer cancel()
+			if err := prof(sctx, false); err != nil {
 				log.Warn("agents cpu profile", "err", err)
 			}
 		})

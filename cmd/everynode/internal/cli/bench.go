@@ -94,8 +94,8 @@ func (c *benchFleetCommand) complete(pos []string) error {
 	if c.agentsProfile != "" && c.agentProcs == 0 {
 		return usageError("--agents-cpuprofile needs the agents in child processes", "e.g. --agent-procs 2 --agents-cpuprofile agents.pprof")
 	}
-	if c.agentsProfile != "" && c.idleCPUProfile != "" {
-		return usageError("--agents-cpuprofile and --idle-cpuprofile cannot be combined (an agent process writes one CPU profile at a time)", "drop one of them")
+	if c.agentsProfile != "" && c.idleCPU > 0 {
+		return usageError("--agents-cpuprofile and --idle-cpu cannot be combined (the profile would cover the idle window and raise its figures)", "drop one of them")
 	}
 	if c.fanoutProfile != "" && c.cpuProfile != "" {
 		return usageError("--fanout-cpuprofile and --cpuprofile cannot be combined (a process writes one CPU profile at a time)", "drop one of them")

@@ -49,7 +49,7 @@ func TestBenchFleetIdleCPUFlags(t *testing.T) {
 		{[]string{"--agent-procs", "2", "--idle-cpuprofile", "a.pprof"}, "--idle-cpuprofile needs --idle-cpu"},
 		{[]string{"--fanout-cpuprofile", "f.pprof", "--cpuprofile", "c.pprof"}, "--fanout-cpuprofile and --cpuprofile cannot be combined"},
 		{[]string{"--agents-cpuprofile", "a.pprof"}, "--agents-cpuprofile needs the agents in child processes"},
-		{[]string{"--agent-procs", "2", "--idle-cpu", "30s", "--idle-cpuprofile", "i.pprof", "--agents-cpuprofile", "a.pprof"}, "--agents-cpuprofile and --idle-cpuprofile cannot be combined"},
+		{[]string{"--agent-procs", "2", "--idle-cpu", "30s", "--agents-cpuprofile", "a.pprof"}, "--agents-cpuprofile and --idle-cpu cannot be combined"},
 	} {
 		var out, errOut bytes.Buffer
 		err := NewMain().Run(context.Background(), append([]string{"bench", "fleet"}, tc.args...), strings.NewReader(""), &out, &errOut)
