@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
+
 	"github.com/everynode/everynode/client/fake"
 	"github.com/everynode/everynode/internal/testkit"
 )
@@ -21,17 +23,25 @@ func statusWrites(tc *testController) int {
 	return n
 }
 
-// TestStatusOnlySyncsArePaced: while the controller waits to observe its
-// own creates, a DaemonSet's status is recounted at most once per
-// StatusOnlyInterval; a sync held back comes back by itself when the
-// interval ends, and a sync whose expectations are satisfied is not held.
-func TestStatusOnlySyncsArePaced(t *testing.T) {
+// awaitingCreates is a controller with a DaemonSet over three nodes that
+// waits to observe the three creates it expects.
+func awaitingCreates(t *testing.T) (*testController, *appsv1.DaemonSet, string) {
+	t.Helper()
 	ds := newDaemonSet("foo")
 	tc := newTestController(t, ds)
 	tc.dsStore.Add(ds)
 	addNodes(tc.nodeStore, 0, 3, nil)
 	key := dsKey(ds)
 	tc.expectations.Set(key, 3, 0)
+	return tc, ds, key
+}
+
+// TestStatusOnlySyncsArePaced: while the controller waits to observe its
+// own creates, a DaemonSet's status is recounted at most once per
+// StatusOnlyInterval; a sync held back comes back by itself when the
+// interval ends, and a sync whose expectations are satisfied is not held.
+func TestStatusOnlySyncsArePaced(t *testing.T) {
+	tc, ds, key := awaitingCreates(t)
 	// The work queue's heartbeat ticker: the delayed re-queue below adds a
 	// timer to it.
 	testkit.EventuallyTrue(t, 10*time.Second, "the work queue's heartbeat on the fake clock", tc.clock.HasWaiters)
@@ -80,12 +90,7 @@ func TestStatusOnlySyncsArePaced(t *testing.T) {
 // failed does not hold the next one back (the failure is retried with the
 // queue's back-off, as before).
 func TestStatusOnlyPacingCountsOnlyWrittenStatus(t *testing.T) {
-	ds := newDaemonSet("foo")
-	tc := newTestController(t, ds)
-	tc.dsStore.Add(ds)
-	addNodes(tc.nodeStore, 0, 3, nil)
-	key := dsKey(ds)
-	tc.expectations.Set(key, 3, 0)
+	tc, ds, _ := awaitingCreates(t)
 
 	boom := errors.New("etcd unavailable")
 	tc.client.Fail(fake.VerbUpdate, "daemonsets/status", boom)
@@ -106,12 +111,7 @@ func TestStatusOnlyPacingCountsOnlyWrittenStatus(t *testing.T) {
 // recount, whether the sync or the delete handler saw it go first.
 func TestStatusOnlyPacingForgetsDeletedDaemonSets(t *testing.T) {
 	for _, viaHandler := range []bool{false, true} {
-		ds := newDaemonSet("foo")
-		tc := newTestController(t, ds)
-		tc.dsStore.Add(ds)
-		addNodes(tc.nodeStore, 0, 3, nil)
-		key := dsKey(ds)
-		tc.expectations.Set(key, 3, 0)
+		tc, ds, key := awaitingCreates(t)
 		expectSyncDaemonSets(t, tc, ds, 0, 0, 0)
 		if d := tc.statusPacer.wait(key, tc.clock.Now(), StatusOnlyInterval); d != StatusOnlyInterval {
 			t.Fatalf("after a recount the key waits %v, want %v", d, StatusOnlyInterval)
