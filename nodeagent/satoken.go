@@ -250,8 +250,8 @@ func (a *Agent) setUpServiceAccountVolume(ctx context.Context, pod *corev1.Pod) 
 	if err := a.projectToken(ctx, pod, payload, &corev1.ServiceAccountTokenProjection{Path: "token", ExpirationSeconds: &exp}, ptrInt32(defaultFileMode)); err != nil {
 		return "", fmt.Errorf("MountVolume.SetUp failed for volume %q : %w", "kube-api-access", err)
 	}
-	dir := a.volumeDir(pod, serviceAccountVolume)
-	if _, err := writeAtomic(dir, payload, a.clock.Now()); err != nil {
+	dir, err := a.writeVolume(pod, serviceAccountVolume, payload)
+	if err != nil {
 		return "", fmt.Errorf("MountVolume.SetUp failed for volume %q : %w", "kube-api-access", err)
 	}
 	return dir, nil

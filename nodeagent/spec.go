@@ -433,6 +433,9 @@ func (a *Agent) mounts(ctx context.Context, pod *corev1.Pod, c *corev1.Container
 			}
 			if a.cfg.DataDir != "" {
 				m.Source = a.volumeDir(pod, vol.Name)
+				if err := a.volumeParent(pod); err != nil {
+					return nil, fmt.Errorf("container %q: emptyDir %q: %w", c.Name, vol.Name, err)
+				}
 				if err := os.MkdirAll(m.Source, 0o755); err != nil {
 					return nil, fmt.Errorf("container %q: emptyDir %q: %w", c.Name, vol.Name, err)
 				}

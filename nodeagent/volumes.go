@@ -87,6 +87,29 @@ func (a *Agent) volumeDir(pod *corev1.Pod, name string) string {
 	return filepath.Join(a.podDir(pod.UID), "volumes", name)
 }
 
+// volumeParent makes the directory that holds pod's volume directories,
+// and the pod's directory, private to the agent's user (0700) if they do
+// not exist yet. A volume directory itself is bind-mounted into containers
+// that may run as another user, so it and its content keep the modes a
+// container needs (0755, and the volume's file modes); the runtime, as root,
+// reaches it through private parents.
+func (a *Agent) volumeParent(pod *corev1.Pod) error {
+	return os.MkdirAll(filepath.Join(a.podDir(pod.UID), "volumes"), 0o700)
+}
+
+// writeVolume writes payload into pod's volume directory name (atomically,
+// behind private parents) and returns the directory.
+func (a *Agent) writeVolume(pod *corev1.Pod, name string, payload map[string]fileProjection) (string, error) {
+	if err := a.volumeParent(pod); err != nil {
+		return "", err
+	}
+	dir := a.volumeDir(pod, name)
+	if _, err := writeAtomic(dir, payload, a.clock.Now()); err != nil {
+		return "", fmt.Errorf("write %s: %w", dir, err)
+	}
+	return dir, nil
+}
+
 // setUpVolume writes the content of a configMap, secret, downwardAPI or
 // projected volume into its directory (atomically, as kubelet) and returns
 // the directory. The error is kubelet's MountVolume.SetUp message.
@@ -98,9 +121,9 @@ func (a *Agent) setUpVolume(ctx context.Context, pod *corev1.Pod, v *corev1.Volu
 	if err != nil {
 		return "", fmt.Errorf("MountVolume.SetUp failed for volume %q : %w", v.Name, err)
 	}
-	dir := a.volumeDir(pod, v.Name)
-	if _, err := writeAtomic(dir, payload, a.clock.Now()); err != nil {
-		return "", fmt.Errorf("MountVolume.SetUp failed for volume %q : write %s: %w", v.Name, dir, err)
+	dir, err := a.writeVolume(pod, v.Name, payload)
+	if err != nil {
+		return "", fmt.Errorf("MountVolume.SetUp failed for volume %q : %w", v.Name, err)
 	}
 	return dir, nil
 }

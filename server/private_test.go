@@ -36,7 +36,11 @@ import (
 // its local agent) and of a joined agent, each holding a pod: every
 // directory is 0700, every file 0600 — sockets, keys, tokens, kubeconfig,
 // etcd's files, credentials, pods' state — except the *.crt certificates,
-// 0644. Data dirs created by a user's mkdir (0755) are tightened at start.
+// 0644, and a pod's volume directories, which are bind-mounted into
+// containers that may run as another user: they keep the volume's modes
+// (directories 0755, files 0644 by default, the atomic writer's symlinks)
+// behind the pod's private directories. Data dirs created by a user's mkdir
+// (0755) are tightened at start.
 func TestDataDirsArePrivate(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts embedded etcd")
@@ -65,21 +69,23 @@ func TestDataDirsArePrivate(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer a.Close()
-	// A pod on each node, so each agent writes its pods' state.
-	for _, node := range []string{"local", "a1"} {
+	// A pod on each node, so each agent writes its pods' state and the pod's
+	// service account token volume.
+	var want []string
+	for node, dir := range map[string]string{"local": filepath.Join(cfg.DataDir, "agent"), "a1": agentDir} {
 		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p-" + node, Namespace: "default"},
 			Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}
-		if _, err := s.Admin().Create(ctx, pod, client.WriteOptions{}); err != nil {
+		created, err := s.Admin().Create(ctx, pod, client.WriteOptions{})
+		if err != nil {
 			t.Fatal(err)
 		}
+		want = append(want, filepath.Join(dir, "pods", "assigned.json"),
+			filepath.Join(dir, "pods", string(created.GetUID()), "volumes", "*", "..data"))
 	}
-	for _, f := range []string{
-		filepath.Join(cfg.DataDir, "agent", "pods", "assigned.json"),
-		filepath.Join(agentDir, "pods", "assigned.json"),
-	} {
-		testkit.EventuallyTrue(t, 30*time.Second, f+" to be written", func() bool {
-			_, err := os.Stat(f)
-			return err == nil
+	for _, pattern := range want {
+		testkit.EventuallyTrue(t, 30*time.Second, pattern+" to be written", func() bool {
+			m, _ := filepath.Glob(pattern)
+			return len(m) > 0
 		})
 	}
 
@@ -89,15 +95,27 @@ func TestDataDirsArePrivate(t *testing.T) {
 	}
 	// The audit saw what it must judge (it cannot pass on an empty dir).
 	for _, want := range []string{pki.CAKeyFile, pki.CACertFile, pki.SecretFile, pki.JoinTokenFile, AdminKubeconfigFile,
-		"server-id", store.SocketFile, "db", agent.CredentialsFile, "assigned.json"} {
+		"server-id", store.SocketFile, "db", agent.CredentialsFile, "assigned.json", "volumes", "..data", "token"} {
 		if !seen[want] {
 			t.Errorf("the audit found no %s in the data dirs", want)
 		}
 	}
 }
 
+// inVolume reports whether path is a pod's volume directory or inside one:
+// .../pods/<uid>/volumes/<volume>[/...].
+func inVolume(path string) bool {
+	parts := strings.Split(filepath.ToSlash(path), "/")
+	for i := 0; i+3 < len(parts); i++ {
+		if parts[i] == "pods" && parts[i+2] == "volumes" {
+			return true
+		}
+	}
+	return false
+}
+
 // auditModes walks root and fails on any entry other users may read,
-// write or enter; it records the names it saw.
+// write or enter (but for volumes, inVolume); it records the names it saw.
 func auditModes(t *testing.T, root string, seen map[string]bool) {
 	t.Helper()
 	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
@@ -117,6 +135,19 @@ func auditModes(t *testing.T, root string, seen map[string]bool) {
 		seen[d.Name()] = true
 		var want fs.FileMode
 		switch mode := fi.Mode(); {
+		case inVolume(path):
+			// A volume's own modes, as kubelet writes them.
+			switch {
+			case mode.IsDir():
+				want = 0o755
+			case mode.IsRegular():
+				want = 0o644
+			case mode.Type() == fs.ModeSymlink:
+				return nil
+			default:
+				t.Errorf("%s: unexpected file type %s in a volume", path, mode.Type())
+				return nil
+			}
 		case mode.IsDir():
 			want = 0o700
 		case mode.IsRegular() && strings.HasSuffix(path, ".crt"):
