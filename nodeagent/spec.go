@@ -432,13 +432,11 @@ func (a *Agent) mounts(ctx context.Context, pod *corev1.Pod, c *corev1.Container
 				break
 			}
 			if a.cfg.DataDir != "" {
-				m.Source = a.volumeDir(pod, vol.Name)
-				if err := a.volumeParent(pod); err != nil {
+				src, err := a.makeVolumeDir(pod, vol.Name)
+				if err != nil {
 					return nil, fmt.Errorf("container %q: emptyDir %q: %w", c.Name, vol.Name, err)
 				}
-				if err := os.MkdirAll(m.Source, 0o755); err != nil {
-					return nil, fmt.Errorf("container %q: emptyDir %q: %w", c.Name, vol.Name, err)
-				}
+				m.Source = src
 			}
 		case projectedVolume(vol):
 			dir, err := a.setUpVolume(ctx, pod, vol)

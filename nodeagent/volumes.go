@@ -87,23 +87,26 @@ func (a *Agent) volumeDir(pod *corev1.Pod, name string) string {
 	return filepath.Join(a.podDir(pod.UID), "volumes", name)
 }
 
-// volumeParent makes the directory that holds pod's volume directories,
-// and the pod's directory, private to the agent's user (0700) if they do
-// not exist yet. A volume directory itself is bind-mounted into containers
-// that may run as another user, so it and its content keep the modes a
-// container needs (0755, and the volume's file modes); the runtime, as root,
-// reaches it through private parents.
-func (a *Agent) volumeParent(pod *corev1.Pod) error {
-	return os.MkdirAll(filepath.Join(a.podDir(pod.UID), "volumes"), 0o700)
-}
-
-// writeVolume writes payload into pod's volume directory name (atomically,
-// behind private parents) and returns the directory.
-func (a *Agent) writeVolume(pod *corev1.Pod, name string, payload map[string]fileProjection) (string, error) {
-	if err := a.volumeParent(pod); err != nil {
+// makeVolumeDir creates pod's volume directory name, 0755, and the pod's
+// directories above it private to the agent's user (0700), if they do not
+// exist yet. A volume directory is bind-mounted into containers that may run
+// as another user, so it and its content keep the modes a container needs;
+// the runtime, as root, reaches it through the private parents.
+func (a *Agent) makeVolumeDir(pod *corev1.Pod, name string) (string, error) {
+	if err := os.MkdirAll(filepath.Join(a.podDir(pod.UID), "volumes"), 0o700); err != nil {
 		return "", err
 	}
 	dir := a.volumeDir(pod, name)
+	return dir, os.MkdirAll(dir, 0o755)
+}
+
+// writeVolume writes payload into pod's volume directory name (atomically)
+// and returns the directory.
+func (a *Agent) writeVolume(pod *corev1.Pod, name string, payload map[string]fileProjection) (string, error) {
+	dir, err := a.makeVolumeDir(pod, name)
+	if err != nil {
+		return "", err
+	}
 	if _, err := writeAtomic(dir, payload, a.clock.Now()); err != nil {
 		return "", fmt.Errorf("write %s: %w", dir, err)
 	}

@@ -51,9 +51,16 @@ func (c *Controller) deleteDaemonSet(obj any) {
 	if !ok {
 		return
 	}
-	c.expectations.Delete(dsKey(ds))
-	c.statusPacer.forget(dsKey(ds))
+	c.forget(dsKey(ds))
 	c.enqueue(ds)
+}
+
+// forget drops what the controller keeps per DaemonSet key, its
+// expectations and its status-only pacing, so that a DaemonSet created
+// again under the key starts clean.
+func (c *Controller) forget(key string) {
+	c.expectations.Delete(key)
+	c.statusPacer.forget(key)
 }
 
 // resolveControllerRef returns the cached DaemonSet ref points to, or nil

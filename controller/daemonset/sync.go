@@ -23,8 +23,7 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	}
 	ds, err := c.dsLister.DaemonSets(namespace).Get(name) // cache object: read-only
 	if apierrors.IsNotFound(err) {
-		c.expectations.Delete(key)
-		c.statusPacer.forget(key)
+		c.forget(key)
 		return nil
 	}
 	if err != nil {

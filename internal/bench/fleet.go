@@ -702,10 +702,6 @@ func idleTraffic(ctx context.Context, fl agentFleet, d, settle time.Duration, no
 	return nil
 }
 
-// AgentsProfileHz is the sampling rate of an agent process's CPU profile over
-// the measured phases, where it is busy: pprof's default.
-const AgentsProfileHz = pprofDefaultHz
-
 // agentsProfile starts a CPU profile of pf's first agent process written to
 // path and returns what stops it (once; later calls do nothing). With no
 // path it starts nothing.
@@ -713,7 +709,7 @@ func agentsProfile(ctx context.Context, pf *procFleet, path string, log *slog.Lo
 	if path == "" || pf == nil {
 		return func() {}, nil
 	}
-	prof := pf.profiler(path, AgentsProfileHz)
+	prof := pf.profiler(path, pprofDefaultHz) // the process is busy: pprof's default rate
 	if err := prof(ctx, true); err != nil {
 		return nil, fmt.Errorf("agents cpu profile: %w", err)
 	}
