@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -432,7 +431,7 @@ func (a *Agent) mounts(ctx context.Context, pod *corev1.Pod, c *corev1.Container
 				break
 			}
 			if a.cfg.DataDir != "" {
-				src, err := a.makeVolumeDir(pod, vol.Name)
+				src, err := a.makeVolumeDir(pod, vol.Name, emptyDirMode)
 				if err != nil {
 					return nil, fmt.Errorf("container %q: emptyDir %q: %w", c.Name, vol.Name, err)
 				}
@@ -467,7 +466,7 @@ func (a *Agent) mounts(ctx context.Context, pod *corev1.Pod, c *corev1.Container
 				}
 				p = real
 			} else if vm.SubPathExpr != "" || vol.EmptyDir != nil {
-				if err := os.MkdirAll(p, 0o755); err != nil {
+				if _, err := makeSubPath(m.Source, sub); err != nil {
 					return nil, fmt.Errorf("container %q: volumeMount %q: subPath %q: %w", c.Name, vm.Name, sub, err)
 				}
 			}

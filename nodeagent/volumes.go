@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -87,23 +89,62 @@ func (a *Agent) volumeDir(pod *corev1.Pod, name string) string {
 	return filepath.Join(a.podDir(pod.UID), "volumes", name)
 }
 
-// makeVolumeDir creates pod's volume directory name, 0755, and the pod's
-// directories above it private to the agent's user (0700), if they do not
-// exist yet. A volume directory is bind-mounted into containers that may run
-// as another user, so it and its content keep the modes a container needs;
-// the runtime, as root, reaches it through the private parents.
-func (a *Agent) makeVolumeDir(pod *corev1.Pod, name string) (string, error) {
+// Volume directory modes. A volume directory is bind-mounted into containers
+// that may run as any user: the agent writes the content of configMap,
+// secret, downwardAPI, projected and token volumes, which containers read
+// (0755, files by their modes); an emptyDir is the containers' own scratch
+// space, which any of them may write, as kubelet makes it (0777).
+const (
+	writtenVolumeMode fs.FileMode = 0o755
+	emptyDirMode      fs.FileMode = 0o777
+)
+
+// makeVolumeDir creates pod's volume directory name with mode, and the
+// pod's directories above it private to the agent's user (0700), if they do
+// not exist yet. The mode is set whatever the agent's umask, and on a
+// directory an earlier agent made; the runtime, as root, reaches the
+// volume through the private parents.
+func (a *Agent) makeVolumeDir(pod *corev1.Pod, name string, mode fs.FileMode) (string, error) {
 	if err := os.MkdirAll(filepath.Join(a.podDir(pod.UID), "volumes"), 0o700); err != nil {
 		return "", err
 	}
 	dir := a.volumeDir(pod, name)
-	return dir, os.MkdirAll(dir, 0o755)
+	if err := os.Mkdir(dir, mode); err != nil && !errors.Is(err, fs.ErrExist) {
+		return "", err
+	}
+	return dir, os.Chmod(dir, mode)
+}
+
+// makeSubPath creates the directories of sub (relative, without "..") that
+// do not exist under the volume directory root, each with root's mode, as
+// kubelet does for a subPath, and returns the full path.
+func makeSubPath(root, sub string) (string, error) {
+	fi, err := os.Stat(root)
+	if err != nil {
+		return "", err
+	}
+	mode := fi.Mode().Perm()
+	p := root
+	for part := range strings.SplitSeq(filepath.Clean(sub), string(filepath.Separator)) {
+		p = filepath.Join(p, part)
+		err := os.Mkdir(p, mode)
+		if errors.Is(err, fs.ErrExist) {
+			continue
+		}
+		if err == nil {
+			err = os.Chmod(p, mode)
+		}
+		if err != nil {
+			return "", err
+		}
+	}
+	return p, nil
 }
 
 // writeVolume writes payload into pod's volume directory name (atomically)
 // and returns the directory.
 func (a *Agent) writeVolume(pod *corev1.Pod, name string, payload map[string]fileProjection) (string, error) {
-	dir, err := a.makeVolumeDir(pod, name)
+	dir, err := a.makeVolumeDir(pod, name, writtenVolumeMode)
 	if err != nil {
 		return "", err
 	}

@@ -171,10 +171,68 @@ func TestConfigMapSecretConsumption(t *testing.T) {
 	if d := mounts["/data"]; d.ReadOnly || !strings.HasSuffix(d.Source, filepath.Join("volumes", "scratch", "sub-a")) {
 		t.Errorf("subPathExpr mount %+v", d)
 	}
+	// Volume directories' modes, as kubelet's, which a umask (022 in
+	// tests) must not narrow: an emptyDir and the subPath made in it are
+	// writable by the containers' users (0777); a volume the agent writes
+	// is readable (0755).
+	dirMode := func(path string) os.FileMode {
+		t.Helper()
+		fi, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi.Mode().Perm()
+	}
+	if m := dirMode(filepath.Dir(mounts["/data"].Source)); m != 0o777 {
+		t.Errorf("emptyDir directory mode %o, want 777", m)
+	}
+	if m := dirMode(mounts["/data"].Source); m != 0o777 {
+		t.Errorf("emptyDir subPath directory mode %o, want 777", m)
+	}
+	if m := dirMode(mounts["/etc/sec"].Source); m != 0o755 {
+		t.Errorf("secret volume directory mode %o, want 755", m)
+	}
 	// Kubelet's layout: the visible names are symlinks through ..data.
 	if target, err := os.Readlink(filepath.Join(mounts["/etc/sec"].Source, "password")); err != nil || target != "..data/password" {
 		t.Errorf("password -> %q (%v)", target, err)
 	}
+}
+
+// TestMakeVolumeDirSetsModeOfExistingDir: an emptyDir directory an earlier
+// agent made 0755 becomes 0777 when the agent next sets the volume up, and
+// the pod's directories above it stay private.
+func TestMakeVolumeDirSetsModeOfExistingDir(t *testing.T) {
+	a := &Agent{cfg: Config{DataDir: t.TempDir()}}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: "uid-old"}}
+	old := a.volumeDir(pod, "scratch")
+	if err := os.MkdirAll(filepath.Dir(old), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(old, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	dir, err := a.makeVolumeDir(pod, "scratch", emptyDirMode)
+	if err != nil || dir != old {
+		t.Fatalf("makeVolumeDir = %q, %v; want %q", dir, err, old)
+	}
+	check := func(path string, want os.FileMode) {
+		t.Helper()
+		fi, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := fi.Mode().Perm(); got != want {
+			t.Errorf("%s: mode %o, want %o", path, got, want)
+		}
+	}
+	check(dir, 0o777)
+	check(a.podDir(pod.UID), 0o700)
+	sub, err := makeSubPath(dir, "a/b")
+	if err != nil || sub != filepath.Join(dir, "a", "b") {
+		t.Fatalf("makeSubPath = %q, %v", sub, err)
+	}
+	check(filepath.Join(dir, "a"), 0o777)
+	check(sub, 0o777)
 }
 
 func TestMissingReferenceThenAppears(t *testing.T) {

@@ -38,7 +38,8 @@ import (
 // etcd's files, credentials, pods' state — except the *.crt certificates,
 // 0644, and a pod's volume directories, which are bind-mounted into
 // containers that may run as another user: they keep the volume's modes
-// (directories 0755, files 0644 by default, the atomic writer's symlinks)
+// (an emptyDir 0777; a written volume's directories 0755, files 0644 by
+// default, the atomic writer's symlinks)
 // behind the pod's private directories. Data dirs created by a user's mkdir
 // (0755) are tightened at start.
 func TestDataDirsArePrivate(t *testing.T) {
@@ -76,14 +77,17 @@ func TestDataDirsArePrivate(t *testing.T) {
 	var want []string
 	for node, dir := range map[string]string{"local": filepath.Join(cfg.DataDir, "agent"), "a1": agentDir} {
 		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p-" + node, Namespace: "default"},
-			Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}
+			Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "busybox",
+				VolumeMounts: []corev1.VolumeMount{{Name: emptyDirName, MountPath: "/scratch"}}}},
+				Volumes: []corev1.Volume{{Name: emptyDirName, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}}}
 		created, err := s.Admin().Create(ctx, pod, client.WriteOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		want = append(want, filepath.Join(dir, "pods", "assigned.json"))
 		if node == "local" {
-			want = append(want, filepath.Join(dir, "pods", string(created.GetUID()), "volumes", "*", "..data"))
+			want = append(want, filepath.Join(dir, "pods", string(created.GetUID()), "volumes", "*", "..data"),
+				filepath.Join(dir, "pods", string(created.GetUID()), "volumes", emptyDirName))
 		}
 	}
 	for _, pattern := range want {
@@ -99,12 +103,15 @@ func TestDataDirsArePrivate(t *testing.T) {
 	}
 	// The audit saw what it must judge (it cannot pass on an empty dir).
 	for _, want := range []string{pki.CAKeyFile, pki.CACertFile, pki.SecretFile, pki.JoinTokenFile, AdminKubeconfigFile,
-		"server-id", store.SocketFile, "db", agent.CredentialsFile, "assigned.json", "volumes", "..data", "token"} {
+		"server-id", store.SocketFile, "db", agent.CredentialsFile, "assigned.json", "volumes", "..data", "token", emptyDirName} {
 		if !seen[want] {
 			t.Errorf("the audit found no %s in the data dirs", want)
 		}
 	}
 }
+
+// emptyDirName is the emptyDir volume of TestDataDirsArePrivate's pods.
+const emptyDirName = "scratch"
 
 // inVolume reports whether path is a pod's volume directory or inside one:
 // .../pods/<uid>/volumes/<volume>[/...].
@@ -140,8 +147,10 @@ func auditModes(t *testing.T, root string, seen map[string]bool) {
 		var want fs.FileMode
 		switch mode := fi.Mode(); {
 		case inVolume(path):
-			// A volume's own modes, as kubelet writes them.
+			// A volume's own modes, as kubelet makes them.
 			switch {
+			case mode.IsDir() && filepath.Base(path) == emptyDirName:
+				want = 0o777 // containers write it
 			case mode.IsDir():
 				want = 0o755
 			case mode.IsRegular():

@@ -15,6 +15,7 @@ import (
 	clientfake "github.com/everynode/everynode/client/fake"
 	"github.com/everynode/everynode/internal/testkit"
 	"github.com/everynode/everynode/nodeagent"
+	"github.com/everynode/everynode/nodeagent/runtime"
 	"github.com/everynode/everynode/resources"
 )
 
@@ -125,4 +126,50 @@ func redact(env []string) []string {
 		out[i] = k + "=…"
 	}
 	return out
+}
+
+// TestEmptyDirWritableByAnyUserOnDocker: on real Docker, a container running
+// as an unprivileged user (nobody, 65534) writes into its pod's emptyDir and
+// into a subPath of it, as it can under kubelet, which makes both 0777.
+func TestEmptyDirWritableByAnyUserOnDocker(t *testing.T) {
+	t.Parallel()
+	n := newNode(t, "emptydir", clientfake.New())
+	p := n.pod("writer", "-append", "/scratch/w=ok", "-exit-after", "-1ns")
+	p.Spec.SecurityContext = &corev1.PodSecurityContext{RunAsUser: ptr(int64(65534)), RunAsGroup: ptr(int64(65534))}
+	p.Spec.Volumes = []corev1.Volume{{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+	p.Spec.InitContainers = []corev1.Container{{
+		Name: "sub", Image: engine.image, ImagePullPolicy: corev1.PullIfNotPresent,
+		Args:         []string{"-append", "/sub/w=init", "-exit-after", "0s"},
+		VolumeMounts: []corev1.VolumeMount{{Name: "scratch", MountPath: "/sub", SubPath: "a/b"}},
+	}}
+	p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "scratch", MountPath: "/scratch"}}
+	n.seed(p)
+	n.start(nil)
+
+	got := n.wait("writer", "running", 60*time.Second, running)
+	if s := got.Status.InitContainerStatuses; len(s) != 1 || s[0].State.Terminated == nil || s[0].State.Terminated.ExitCode != 0 {
+		t.Fatalf("init container writing to a subPath as uid 65534: %+v", s)
+	}
+	testkit.Eventually(t, 30*time.Second, func() error {
+		l := n.containers(p)
+		var app string
+		for _, c := range l {
+			if c.Labels[runtime.LabelContainer] == "app" && c.State == runtime.StateRunning {
+				app = c.ID
+			}
+		}
+		if app == "" {
+			return fmt.Errorf("no app container among %d", len(l))
+		}
+		for path, want := range map[string]string{"/scratch/w": "ok\n", "/scratch/a/b/w": "init\n"} {
+			code, out, err := n.rt.Exec(context.Background(), app, []string{"/testdaemon", "-cat", path})
+			if err != nil || code != 0 || string(out) != want {
+				return fmt.Errorf("cat %s: exit %d, %v: %q, want %q", path, code, err, out, want)
+			}
+		}
+		return nil
+	})
+	if r := n.get("writer").Status.ContainerStatuses[0].RestartCount; r != 0 {
+		t.Errorf("app container restarted %d times: its write to the emptyDir failed", r)
+	}
 }
