@@ -6,6 +6,7 @@
 //   - garbagecollector: ownerReference cascades and pods of deleted nodes;
 //   - serviceaccount:   the "default" ServiceAccount of every namespace;
 //   - clusterroleaggregation: the rules of ClusterRoles with an aggregationRule;
+//   - tokencleaner:     expired bootstrap tokens deleted;
 //   - leader:           an etcd election so one server's controllers act at a time.
 //
 // Each sub-package speaks to the API only through client.Interface and can be
@@ -35,6 +36,7 @@ import (
 	"github.com/everynode/everynode/controller/internal/informer"
 	"github.com/everynode/everynode/controller/nodelifecycle"
 	"github.com/everynode/everynode/controller/serviceaccount"
+	"github.com/everynode/everynode/controller/tokencleaner"
 )
 
 // Config configures RunAll.
@@ -102,6 +104,11 @@ func RunAll(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("controller: %w", err)
 	}
 	runners = append(runners, runner{"clusterroleaggregation", func(ctx context.Context) error { return cra.Run(ctx, 1) }})
+	tc, err := tokencleaner.New(tokencleaner.Config{Client: cfg.Client, Logger: logger.With("controller", "tokencleaner"), Clock: cfg.Clock})
+	if err != nil {
+		return fmt.Errorf("controller: %w", err)
+	}
+	runners = append(runners, runner{"tokencleaner", tc.Run})
 	if cfg.Membership != nil {
 		nl, err := nodelifecycle.New(nodelifecycle.Config{Client: cfg.Client, Membership: cfg.Membership,
 			Logger: logger.With("controller", "nodelifecycle"), Clock: cfg.Clock, Informers: shared})

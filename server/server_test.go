@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"os"
@@ -11,6 +12,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/everynode/everynode/agent"
 	"github.com/everynode/everynode/client"
@@ -36,7 +39,8 @@ func localConfig(t *testing.T) Config {
 
 // TestStartClose starts a whole server — store, gossip, API, controllers and
 // a local agent — checks that it serves (the standard namespaces with their
-// default ServiceAccounts included), and that Close (twice) leaves no
+// default ServiceAccounts included, an expired bootstrap token deleted), and
+// that Close (twice) leaves no
 // goroutine behind.
 func TestStartClose(t *testing.T) {
 	if testing.Short() {
@@ -87,6 +91,23 @@ func TestStartClose(t *testing.T) {
 			return err
 		})
 	}
+	// An expired bootstrap token is deleted (the token cleaner), as in
+	// Kubernetes.
+	expired := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "bootstrap-token-abcdef"},
+		Type:       corev1.SecretTypeBootstrapToken,
+		StringData: map[string]string{"token-id": "abcdef", "token-secret": "0123456789abcdef",
+			"usage-bootstrap-authentication": "true", "expiration": time.Now().Add(-time.Minute).Format(time.RFC3339)},
+	}
+	if _, err := h.Create(ctx, expired, client.WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 30*time.Second, func() error {
+		if _, err := h.Get(ctx, resources.Secrets, "kube-system", expired.Name); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("expired bootstrap token: %v, want NotFound", err)
+		}
+		return nil
+	})
 	if len(s.GossipSeeds()) != 1 || s.Member() == nil {
 		t.Errorf("gossip seeds %v, member %v", s.GossipSeeds(), s.Member())
 	}

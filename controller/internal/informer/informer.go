@@ -63,13 +63,28 @@ func (listWatcher) IsWatchListSemanticsUnSupported() bool { return true }
 // NewListWatcher lists and watches r in every namespace through c, without
 // copying when c is a readOnlyClient.
 func NewListWatcher(c client.Interface, r *resources.Resource) cache.ListerWatcher {
+	return newListWatcher(c, r, "")
+}
+
+// newListWatcher is NewListWatcher for the objects that match fieldSelector
+// too ("" selects all).
+func newListWatcher(c client.Interface, r *resources.Resource, fieldSelector string) cache.ListerWatcher {
+	fields := func(opts metav1.ListOptions) string {
+		switch {
+		case fieldSelector == "":
+			return opts.FieldSelector
+		case opts.FieldSelector == "":
+			return fieldSelector
+		}
+		return fieldSelector + "," + opts.FieldSelector
+	}
 	list, watchFn := c.List, c.Watch
 	if ro, ok := c.(readOnlyClient); ok {
 		list, watchFn = ro.ListReadOnly, ro.WatchReadOnly
 	}
 	return listWatcher{&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-			items, rv, err := list(ctx, r, "", client.ListOptions{LabelSelector: opts.LabelSelector, FieldSelector: opts.FieldSelector})
+			items, rv, err := list(ctx, r, "", client.ListOptions{LabelSelector: opts.LabelSelector, FieldSelector: fields(opts)})
 			if err != nil {
 				return nil, fmt.Errorf("list %s: %w", r.Name, err)
 			}
@@ -83,7 +98,7 @@ func NewListWatcher(c client.Interface, r *resources.Resource) cache.ListerWatch
 			return list, nil
 		},
 		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-			lo := client.ListOptions{LabelSelector: opts.LabelSelector, FieldSelector: opts.FieldSelector, ResourceVersion: opts.ResourceVersion}
+			lo := client.ListOptions{LabelSelector: opts.LabelSelector, FieldSelector: fields(opts), ResourceVersion: opts.ResourceVersion}
 			if opts.TimeoutSeconds != nil {
 				lo.TimeoutSeconds = *opts.TimeoutSeconds
 			}
@@ -206,6 +221,18 @@ func (s *Set) Add(r *resources.Resource, extra cache.Indexers) (cache.SharedInde
 	s.all = append(s.all, inf)
 	s.own = append(s.own, inf)
 	return inf, nil
+}
+
+// AddFiltered returns an informer of the set's own (never shared) over the
+// objects of r that match fieldSelector ("metadata.namespace=kube-system,
+// type=bootstrap.kubernetes.io/token"), for a controller that needs a few
+// objects of a resource whose whole cache it should not hold.
+func (s *Set) AddFiltered(r *resources.Resource, fieldSelector string) cache.SharedIndexInformer {
+	inf := cache.NewSharedIndexInformer(newListWatcher(s.client, r, fieldSelector), r.New(), 0,
+		cache.Indexers{NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	s.all = append(s.all, inf)
+	s.own = append(s.own, inf)
+	return inf
 }
 
 // Informers returns every informer of the set.
