@@ -466,9 +466,18 @@ func (a *Agent) mounts(ctx context.Context, pod *corev1.Pod, c *corev1.Container
 				}
 				p = real
 			} else if vm.SubPathExpr != "" || vol.EmptyDir != nil {
-				if _, err := makeSubPath(m.Source, sub); err != nil {
+				// A DirectoryOrCreate hostPath is made before its subPath,
+				// as kubelet sets the volume up before the container.
+				if vol.HostPath != nil && m.HostPathType == runtime.HostPathDirectoryOrCreate {
+					if err := runtime.CheckHostPath(m.Source, m.HostPathType); err != nil {
+						return nil, fmt.Errorf("container %q: volume %q: %w", c.Name, vm.Name, err)
+					}
+				}
+				made, err := makeSubPath(m.Source, sub)
+				if err != nil {
 					return nil, fmt.Errorf("container %q: volumeMount %q: subPath %q: %w", c.Name, vm.Name, sub, err)
 				}
+				p = made
 			}
 			m.Source = p
 			m.ReadOnly = vm.ReadOnly || projectedVolume(vol)

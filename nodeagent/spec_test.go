@@ -1,6 +1,7 @@
 package nodeagent
 
 import (
+	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -168,5 +169,31 @@ func TestPullPolicyDefault(t *testing.T) {
 		if got := pullPolicy(&corev1.Container{Image: image}); got != want {
 			t.Errorf("pullPolicy(%q) = %s, want %s", image, got, want)
 		}
+	}
+}
+
+// TestSubPathExprOfHostPathToCreate: a DirectoryOrCreate hostPath that does
+// not exist yet, mounted with a subPathExpr, is made with its subPath before
+// the container is created, as kubelet sets the volume up first.
+func TestSubPathExprOfHostPathToCreate(t *testing.T) {
+	e := newEnv(t, rtfake.Config{})
+	host := filepath.Join(t.TempDir(), "not", "yet")
+	pod := newPod("hp", func(p *corev1.Pod) {
+		p.Spec.Volumes = []corev1.Volume{{Name: "logs", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{
+			Path: host, Type: ptr(corev1.HostPathDirectoryOrCreate)}}}}
+		c := &p.Spec.Containers[0]
+		c.Env = []corev1.EnvVar{{Name: "POD", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}}}
+		c.VolumeMounts = []corev1.VolumeMount{{Name: "logs", MountPath: "/logs", SubPathExpr: "$(POD)"}}
+	})
+	got, err := e.agent.containerSpec(t.Context(), pod, &pod.Spec.Containers[0], 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := filepath.Join(host, "hp")
+	if len(got.Mounts) == 0 || got.Mounts[0].Source != want {
+		t.Fatalf("mounts %+v, want /logs from %s", got.Mounts, want)
+	}
+	if fi, err := os.Stat(want); err != nil || !fi.IsDir() {
+		t.Errorf("subPath directory: %v %v", fi, err)
 	}
 }

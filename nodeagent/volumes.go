@@ -101,44 +101,64 @@ const (
 
 // makeVolumeDir creates pod's volume directory name with mode, and the
 // pod's directories above it private to the agent's user (0700), if they do
-// not exist yet. The mode is set whatever the agent's umask, and on a
-// directory an earlier agent made; the runtime, as root, reaches the
-// volume through the private parents.
+// not exist yet. The mode is set whatever the agent's umask when the
+// directory is created, and only then: a container may have changed it
+// since (an init container making its data directory 0700), and kubelet
+// too sets a volume up once. The runtime, as root, reaches the volume
+// through the private parents.
 func (a *Agent) makeVolumeDir(pod *corev1.Pod, name string, mode fs.FileMode) (string, error) {
 	if err := os.MkdirAll(filepath.Join(a.podDir(pod.UID), "volumes"), 0o700); err != nil {
 		return "", err
 	}
 	dir := a.volumeDir(pod, name)
-	if err := os.Mkdir(dir, mode); err != nil && !errors.Is(err, fs.ErrExist) {
-		return "", err
+	err := os.Mkdir(dir, mode)
+	if errors.Is(err, fs.ErrExist) {
+		return dir, nil
 	}
-	return dir, os.Chmod(dir, mode)
+	if err == nil {
+		err = os.Chmod(dir, mode)
+	}
+	return dir, err
 }
 
 // makeSubPath creates the directories of sub (relative, without "..") that
-// do not exist under the volume directory root, each with root's mode, as
-// kubelet does for a subPath, and returns the full path.
+// do not exist under the volume directory root, each with root's mode
+// (setgid and sticky bits included), as kubelet does for a subPath, and
+// returns the full path. It works inside root as an os.Root: a symbolic
+// link a container planted in the volume cannot lead it outside.
 func makeSubPath(root, sub string) (string, error) {
-	fi, err := os.Stat(root)
+	r, err := os.OpenRoot(root)
 	if err != nil {
 		return "", err
 	}
-	mode := fi.Mode().Perm()
-	p := root
+	defer r.Close()
+	fi, err := r.Stat(".")
+	if err != nil {
+		return "", err
+	}
+	mode := fi.Mode() & (fs.ModePerm | fs.ModeSetgid | fs.ModeSticky)
+	p := "."
 	for part := range strings.SplitSeq(filepath.Clean(sub), string(filepath.Separator)) {
 		p = filepath.Join(p, part)
-		err := os.Mkdir(p, mode)
+		err := r.Mkdir(p, mode.Perm())
 		if errors.Is(err, fs.ErrExist) {
 			continue
 		}
 		if err == nil {
-			err = os.Chmod(p, mode)
+			err = r.Chmod(p, mode)
 		}
 		if err != nil {
 			return "", err
 		}
 	}
-	return p, nil
+	// The last part may be a link that already existed: it must lead to
+	// a directory inside the volume too.
+	if fi, err := r.Stat(p); err != nil {
+		return "", err
+	} else if !fi.IsDir() {
+		return "", fmt.Errorf("%s is not a directory", sub)
+	}
+	return filepath.Join(root, p), nil
 }
 
 // writeVolume writes payload into pod's volume directory name (atomically)

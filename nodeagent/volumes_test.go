@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -171,10 +172,10 @@ func TestConfigMapSecretConsumption(t *testing.T) {
 	if d := mounts["/data"]; d.ReadOnly || !strings.HasSuffix(d.Source, filepath.Join("volumes", "scratch", "sub-a")) {
 		t.Errorf("subPathExpr mount %+v", d)
 	}
-	// Volume directories' modes, as kubelet's, which a umask (022 in
-	// tests) must not narrow: an emptyDir and the subPath made in it are
-	// writable by the containers' users (0777); a volume the agent writes
-	// is readable (0755).
+	// Volume directories' modes, as kubelet's, which the process's umask
+	// must not narrow (TestMakeVolumeDirModes sets one): an emptyDir and the
+	// subPath made in it are writable by the containers' users (0777); a
+	// volume the agent writes is readable (0755).
 	dirMode := func(path string) os.FileMode {
 		t.Helper()
 		fi, err := os.Stat(path)
@@ -198,41 +199,83 @@ func TestConfigMapSecretConsumption(t *testing.T) {
 	}
 }
 
-// TestMakeVolumeDirSetsModeOfExistingDir: an emptyDir directory an earlier
-// agent made 0755 becomes 0777 when the agent next sets the volume up, and
-// the pod's directories above it stay private.
-func TestMakeVolumeDirSetsModeOfExistingDir(t *testing.T) {
+// TestMakeVolumeDirModes: a new emptyDir directory is 0777 whatever the
+// umask, and the pod's directories above it private; one that exists keeps
+// the mode a container gave it (kubelet sets a volume up once).
+func TestMakeVolumeDirModes(t *testing.T) {
+	old := syscall.Umask(0o077)
+	defer syscall.Umask(old)
 	a := &Agent{cfg: Config{DataDir: t.TempDir()}}
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: "uid-old"}}
-	old := a.volumeDir(pod, "scratch")
-	if err := os.MkdirAll(filepath.Dir(old), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Mkdir(old, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: "uid-modes"}}
 	dir, err := a.makeVolumeDir(pod, "scratch", emptyDirMode)
-	if err != nil || dir != old {
-		t.Fatalf("makeVolumeDir = %q, %v; want %q", dir, err, old)
+	if err != nil {
+		t.Fatal(err)
 	}
-	check := func(path string, want os.FileMode) {
-		t.Helper()
-		fi, err := os.Stat(path)
+	checkMode(t, dir, 0o777)
+	checkMode(t, a.podDir(pod.UID), 0o700)
+	checkMode(t, filepath.Dir(dir), 0o700)
+	if err := os.Chmod(dir, 0o700); err != nil { // an init container's chmod
+		t.Fatal(err)
+	}
+	if again, err := a.makeVolumeDir(pod, "scratch", emptyDirMode); err != nil || again != dir {
+		t.Fatalf("makeVolumeDir again = %q, %v", again, err)
+	}
+	checkMode(t, dir, 0o700)
+}
+
+// TestMakeSubPath: a subPath's new directories take the volume's mode,
+// setgid and sticky bits included, whatever the umask; a symbolic link in
+// the volume cannot lead outside it, and nothing is made there.
+func TestMakeSubPath(t *testing.T) {
+	old := syscall.Umask(0o077)
+	defer syscall.Umask(old)
+	root := filepath.Join(t.TempDir(), "vol")
+	if err := os.Mkdir(root, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(root, 0o777|os.ModeSetgid|os.ModeSticky); err != nil {
+		t.Fatal(err)
+	}
+	sub, err := makeSubPath(root, "a/b")
+	if err != nil || sub != filepath.Join(root, "a", "b") {
+		t.Fatalf("makeSubPath = %q, %v", sub, err)
+	}
+	for _, p := range []string{filepath.Join(root, "a"), sub} {
+		fi, err := os.Stat(p)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := fi.Mode().Perm(); got != want {
-			t.Errorf("%s: mode %o, want %o", path, got, want)
+		if got, want := fi.Mode()&(os.ModePerm|os.ModeSetgid|os.ModeSticky), 0o777|os.ModeSetgid|os.ModeSticky; got != want {
+			t.Errorf("%s: mode %v, want %v", p, got, want)
 		}
 	}
-	check(dir, 0o777)
-	check(a.podDir(pod.UID), 0o700)
-	sub, err := makeSubPath(dir, "a/b")
-	if err != nil || sub != filepath.Join(dir, "a", "b") {
-		t.Fatalf("makeSubPath = %q, %v", sub, err)
+	if again, err := makeSubPath(root, "a/b"); err != nil || again != sub {
+		t.Errorf("makeSubPath of an existing path = %q, %v", again, err)
 	}
-	check(filepath.Join(dir, "a"), 0o777)
-	check(sub, 0o777)
+
+	outside := t.TempDir()
+	if err := os.Symlink(outside, filepath.Join(root, "out")); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"out/x", "out"} {
+		if p, err := makeSubPath(root, s); err == nil {
+			t.Errorf("makeSubPath(%q) = %q through a link out of the volume", s, p)
+		}
+	}
+	if entries, err := os.ReadDir(outside); err != nil || len(entries) != 0 {
+		t.Errorf("made outside the volume: %v %v", entries, err)
+	}
+}
+
+func checkMode(t *testing.T, path string, want os.FileMode) {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fi.Mode().Perm(); got != want {
+		t.Errorf("%s: mode %o, want %o", path, got, want)
+	}
 }
 
 func TestMissingReferenceThenAppears(t *testing.T) {
