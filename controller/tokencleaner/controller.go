@@ -1,6 +1,7 @@
 // Package tokencleaner deletes bootstrap tokens once they expire, as
 // kube-controller-manager's tokencleaner does
-// (k8s.io/kubernetes pkg/controller/bootstrap/tokencleaner.go):
+// (k8s.io/kubernetes pkg/controller/bootstrap/tokencleaner.go; off by
+// default there, kubeadm turns it on, and everynode always runs it):
 //
 //   - it watches the Secrets of type bootstrap.kubernetes.io/token in
 //     kube-system (those `everynode token create` and kubeadm write), and
@@ -107,7 +108,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	workers.Run(ctx, &wg, 1, c.queue, c.sync, func(key string, err error) {
 		c.logger.Warn("deleting an expired bootstrap token failed; will retry", "secret", key, "err", err)
 	})
-	c.logger.Info("tokencleaner: started")
+	c.logger.Info("tokencleaner controller: started")
 	<-ctx.Done()
 	return nil
 }
@@ -116,8 +117,11 @@ func (c *Controller) Run(ctx context.Context) error {
 // will have.
 func (c *Controller) sync(ctx context.Context, key string) error {
 	obj, exists, err := c.secrets.GetByKey(key)
-	if err != nil || !exists {
-		return err
+	if err != nil {
+		return fmt.Errorf("bootstrap token %s from the cache: %w", key, err)
+	}
+	if !exists {
+		return nil
 	}
 	s, ok := obj.(*corev1.Secret)
 	if !ok || s.DeletionTimestamp != nil {
