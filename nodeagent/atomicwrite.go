@@ -30,14 +30,12 @@ type fileProjection struct {
 // kubelet's AtomicWriter technique (k8s.io/kubernetes/pkg/volume/util, not
 // imported for its dependencies on mount and SELinux libraries). It writes
 // nothing when dir already holds payload; it reports whether it changed dir.
+// dir must exist (writeVolume makes it, with its mode).
 func writeAtomic(dir string, payload map[string]fileProjection, now time.Time) (bool, error) {
 	for p := range payload {
 		if p == "" || filepath.IsAbs(p) || strings.HasPrefix(p, "..") || slices.Contains(strings.Split(p, "/"), "..") {
 			return false, fmt.Errorf("invalid path %q in volume payload", p)
 		}
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return false, err
 	}
 	dataLink := filepath.Join(dir, atomicDataDir)
 	old, err := os.Readlink(dataLink)

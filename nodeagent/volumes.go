@@ -107,18 +107,20 @@ const (
 // too sets a volume up once. The runtime, as root, reaches the volume
 // through the private parents.
 func (a *Agent) makeVolumeDir(pod *corev1.Pod, name string, mode fs.FileMode) (string, error) {
-	if err := os.MkdirAll(filepath.Join(a.podDir(pod.UID), "volumes"), 0o700); err != nil {
-		return "", err
-	}
 	dir := a.volumeDir(pod, name)
 	err := os.Mkdir(dir, mode)
-	if errors.Is(err, fs.ErrExist) {
-		return dir, nil
+	if errors.Is(err, fs.ErrNotExist) { // the pod's directories first
+		if err = os.MkdirAll(filepath.Dir(dir), 0o700); err == nil {
+			err = os.Mkdir(dir, mode)
+		}
 	}
-	if err == nil {
-		err = os.Chmod(dir, mode)
+	switch {
+	case errors.Is(err, fs.ErrExist):
+		return dir, nil // set up before: one system call on a refresh
+	case err != nil:
+		return "", err
 	}
-	return dir, err
+	return dir, os.Chmod(dir, mode)
 }
 
 // makeSubPath creates the directories of sub (relative, without "..") that
