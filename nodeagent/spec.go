@@ -2,6 +2,7 @@ package nodeagent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"path/filepath"
@@ -465,7 +466,7 @@ func (a *Agent) mounts(ctx context.Context, pod *corev1.Pod, c *corev1.Container
 					return nil, fmt.Errorf("container %q: volumeMount %q: subPath %q: %w", c.Name, vm.Name, sub, err)
 				}
 				p = real
-			} else if vm.SubPathExpr != "" || vol.EmptyDir != nil {
+			} else {
 				// A DirectoryOrCreate hostPath is made before its subPath,
 				// as kubelet sets the volume up before the container.
 				if vol.HostPath != nil && m.HostPathType == runtime.HostPathDirectoryOrCreate {
@@ -473,11 +474,17 @@ func (a *Agent) mounts(ctx context.Context, pod *corev1.Pod, c *corev1.Container
 						return nil, fmt.Errorf("container %q: volume %q: %w", c.Name, vm.Name, err)
 					}
 				}
-				made, err := makeSubPath(m.Source, sub)
+				prepared, err := prepareSubPath(m.Source, sub)
 				if err != nil {
-					return nil, fmt.Errorf("container %q: volumeMount %q: subPath %q: %w", c.Name, vm.Name, sub, err)
+					// The pod's status gets kubelet's message, which names
+					// no host path; the log has the cause.
+					a.log.Warn("subPath not prepared", "pod", podRef(pod), "container", c.Name, "volumeMount", vm.Name, "subPath", sub, "err", err)
+					if errors.Is(err, errSubPathDirs) {
+						return nil, fmt.Errorf("failed to create subPath directory for volumeMount %q of container %q", vm.Name, c.Name)
+					}
+					return nil, fmt.Errorf("failed to prepare subPath for volumeMount %q of container %q", vm.Name, c.Name)
 				}
-				p = made
+				p = prepared
 			}
 			m.Source = p
 			m.ReadOnly = vm.ReadOnly || projectedVolume(vol)

@@ -197,3 +197,61 @@ func TestSubPathExprOfHostPathToCreate(t *testing.T) {
 		t.Errorf("subPath directory: %v %v", fi, err)
 	}
 }
+
+// TestSubPathOfHostPath: a static subPath of a hostPath is prepared as any
+// other (kubelet does it for every volume): a missing one is made, a file
+// is bound as it is, and a link a container planted in the host directory
+// cannot lead the bind outside it. The refusal's message is kubelet's and
+// names no host path.
+func TestSubPathOfHostPath(t *testing.T) {
+	e := newEnv(t, rtfake.Config{})
+	host := t.TempDir()
+	outside := t.TempDir()
+	if err := os.WriteFile(filepath.Join(host, "app.conf"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, filepath.Join(host, "escape")); err != nil {
+		t.Fatal(err)
+	}
+	spec := func(sub string) (runtime.ContainerSpec, error) {
+		pod := newPod("hp", func(p *corev1.Pod) {
+			p.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: host}}}}
+			p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "data", MountPath: "/data", SubPath: sub}}
+		})
+		return e.agent.containerSpec(t.Context(), pod, &pod.Spec.Containers[0], 0)
+	}
+	for sub, want := range map[string]string{"new/dir": filepath.Join(host, "new", "dir"), "app.conf": filepath.Join(host, "app.conf")} {
+		got, err := spec(sub)
+		if err != nil {
+			t.Fatalf("subPath %q: %v", sub, err)
+		}
+		if len(got.Mounts) == 0 || got.Mounts[0].Source != want || got.Mounts[0].HostPath != host {
+			t.Errorf("subPath %q: mounts %+v, want /data from %s", sub, got.Mounts, want)
+		}
+	}
+	if fi, err := os.Stat(filepath.Join(host, "new", "dir")); err != nil || !fi.IsDir() {
+		t.Errorf("subPath directory: %v %v", fi, err)
+	}
+	for _, sub := range []string{"escape", "escape/x"} {
+		got, err := spec(sub)
+		if err == nil {
+			t.Errorf("subPath %q through a link out of the hostPath: mounts %+v", sub, got.Mounts)
+			continue
+		}
+		if want := `failed to prepare subPath for volumeMount "data" of container "app"`; err.Error() != want {
+			t.Errorf("subPath %q: error %q, want %q", sub, err, want)
+		}
+	}
+	if entries, err := os.ReadDir(outside); err != nil || len(entries) != 0 {
+		t.Errorf("made outside the hostPath: %v %v", entries, err)
+	}
+	host2 := filepath.Join(t.TempDir(), "absent")
+	pod := newPod("hp", func(p *corev1.Pod) {
+		p.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: host2}}}}
+		p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "data", MountPath: "/data", SubPath: "x"}}
+	})
+	if _, err := e.agent.containerSpec(t.Context(), pod, &pod.Spec.Containers[0], 0); err == nil ||
+		err.Error() != `failed to create subPath directory for volumeMount "data" of container "app"` {
+		t.Errorf("subPath of a missing hostPath (no type): %v", err)
+	}
+}

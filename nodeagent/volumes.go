@@ -123,20 +123,54 @@ func (a *Agent) makeVolumeDir(pod *corev1.Pod, name string, mode fs.FileMode) (s
 	return dir, os.Chmod(dir, mode)
 }
 
-// makeSubPath creates the directories of sub (relative, without "..") that
-// do not exist under the volume directory root, each with root's mode
-// (setgid and sticky bits included), as kubelet does for a subPath, and
-// returns the full path. It works inside root as an os.Root: a symbolic
-// link a container planted in the volume cannot lead it outside.
-func makeSubPath(root, sub string) (string, error) {
+// errSubPathDirs marks prepareSubPath's failures to make a missing
+// subPath's directories (or to open its volume), kubelet's "failed to
+// create subPath directory".
+var errSubPathDirs = errors.New("making the subPath's directories")
+
+// prepareSubPath returns the host path of sub (relative, without "..")
+// inside the volume directory root, as kubelet prepares a subPath of any
+// volume: a sub that does not exist yet is made as directories, each with
+// root's mode (setgid and sticky bits included); one that exists may be a
+// file or a directory, reached through symbolic links that stay inside the
+// volume. It works inside root as an os.Root, so a link a container planted
+// in the volume cannot lead it, or what it makes, outside; the path it
+// returns has those links resolved, so the runtime binds what was checked.
+func prepareSubPath(root, sub string) (string, error) {
 	r, err := os.OpenRoot(root)
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", errSubPathDirs, err)
+	}
+	defer r.Close()
+	if _, err = r.Stat(sub); errors.Is(err, fs.ErrNotExist) {
+		if err := makeSubPathDirs(r, sub); err != nil {
+			return "", fmt.Errorf("%w: %w", errSubPathDirs, err)
+		}
+		_, err = r.Stat(sub)
+	}
 	if err != nil {
 		return "", err
 	}
-	defer r.Close()
-	fi, err := r.Stat(".")
+	base, err := filepath.EvalSymlinks(root)
 	if err != nil {
 		return "", err
+	}
+	p, err := filepath.EvalSymlinks(filepath.Join(base, sub))
+	if err != nil {
+		return "", err
+	}
+	if rel, err := filepath.Rel(base, p); err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+		return "", fmt.Errorf("%s leads out of the volume to %s", sub, p)
+	}
+	return p, nil
+}
+
+// makeSubPathDirs makes the directories of sub that do not exist in r,
+// each with the mode of r's top directory.
+func makeSubPathDirs(r *os.Root, sub string) error {
+	fi, err := r.Stat(".")
+	if err != nil {
+		return err
 	}
 	mode := fi.Mode() & (fs.ModePerm | fs.ModeSetgid | fs.ModeSticky)
 	p := "."
@@ -150,17 +184,10 @@ func makeSubPath(root, sub string) (string, error) {
 			err = r.Chmod(p, mode)
 		}
 		if err != nil {
-			return "", err
+			return err
 		}
 	}
-	// The last part may be a link that already existed: it must lead to
-	// a directory inside the volume too.
-	if fi, err := r.Stat(p); err != nil {
-		return "", err
-	} else if !fi.IsDir() {
-		return "", fmt.Errorf("%s is not a directory", sub)
-	}
-	return filepath.Join(root, p), nil
+	return nil
 }
 
 // writeVolume writes payload into pod's volume directory name (atomically)

@@ -1,6 +1,8 @@
 package nodeagent
 
 import (
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -223,10 +225,12 @@ func TestMakeVolumeDirModes(t *testing.T) {
 	checkMode(t, dir, 0o700)
 }
 
-// TestMakeSubPath: a subPath's new directories take the volume's mode,
-// setgid and sticky bits included, whatever the umask; a symbolic link in
-// the volume cannot lead outside it, and nothing is made there.
-func TestMakeSubPath(t *testing.T) {
+// TestPrepareSubPath: a missing subPath's new directories take the volume's
+// mode, setgid and sticky bits included, whatever the umask; an existing one
+// may be a file, or reached through a link inside the volume, and comes back
+// resolved; a symbolic link cannot lead it outside the volume, and nothing
+// is made there.
+func TestPrepareSubPath(t *testing.T) {
 	old := syscall.Umask(0o077)
 	defer syscall.Umask(old)
 	root := filepath.Join(t.TempDir(), "vol")
@@ -236,9 +240,9 @@ func TestMakeSubPath(t *testing.T) {
 	if err := os.Chmod(root, 0o777|os.ModeSetgid|os.ModeSticky); err != nil {
 		t.Fatal(err)
 	}
-	sub, err := makeSubPath(root, "a/b")
+	sub, err := prepareSubPath(root, "a/b")
 	if err != nil || sub != filepath.Join(root, "a", "b") {
-		t.Fatalf("makeSubPath = %q, %v", sub, err)
+		t.Fatalf("prepareSubPath = %q, %v", sub, err)
 	}
 	for _, p := range []string{filepath.Join(root, "a"), sub} {
 		fi, err := os.Stat(p)
@@ -249,21 +253,46 @@ func TestMakeSubPath(t *testing.T) {
 			t.Errorf("%s: mode %v, want %v", p, got, want)
 		}
 	}
-	if again, err := makeSubPath(root, "a/b"); err != nil || again != sub {
-		t.Errorf("makeSubPath of an existing path = %q, %v", again, err)
+	if again, err := prepareSubPath(root, "a/b"); err != nil || again != sub {
+		t.Errorf("prepareSubPath of an existing path = %q, %v", again, err)
+	}
+
+	// A file an init container wrote, and links that stay inside.
+	file := filepath.Join(root, "a", "app.conf")
+	if err := os.WriteFile(file, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("a/b", filepath.Join(root, "in")); err != nil {
+		t.Fatal(err)
+	}
+	for s, want := range map[string]string{"a/app.conf": file, "in": sub, "in/c": filepath.Join(sub, "c")} {
+		if got, err := prepareSubPath(root, s); err != nil || got != want {
+			t.Errorf("prepareSubPath(%q) = %q, %v; want %q", s, got, err, want)
+		}
 	}
 
 	outside := t.TempDir()
 	if err := os.Symlink(outside, filepath.Join(root, "out")); err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range []string{"out/x", "out"} {
-		if p, err := makeSubPath(root, s); err == nil {
-			t.Errorf("makeSubPath(%q) = %q through a link out of the volume", s, p)
+	if err := os.Symlink("../..", filepath.Join(root, "a", "up")); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"out/x", "out", "a/up", "a/up/x"} {
+		if p, err := prepareSubPath(root, s); err == nil {
+			t.Errorf("prepareSubPath(%q) = %q through a link out of the volume", s, p)
+		} else if errors.Is(err, errSubPathDirs) {
+			t.Errorf("prepareSubPath(%q): %v, a failure to make directories", s, err)
 		}
 	}
 	if entries, err := os.ReadDir(outside); err != nil || len(entries) != 0 {
 		t.Errorf("made outside the volume: %v %v", entries, err)
+	}
+	if _, err := os.Lstat(filepath.Join(filepath.Dir(root), "x")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("made next to the volume: %v", err)
+	}
+	if p, err := prepareSubPath(filepath.Join(root, "missing"), "x"); !errors.Is(err, errSubPathDirs) {
+		t.Errorf("prepareSubPath in a missing volume = %q, %v", p, err)
 	}
 }
 

@@ -130,7 +130,9 @@ func redact(env []string) []string {
 
 // TestEmptyDirWritableByAnyUserOnDocker: on real Docker, a container running
 // as an unprivileged user (nobody, 65534) writes into its pod's emptyDir and
-// into a subPath of it, as it can under kubelet, which makes both 0777.
+// into a subPath of it, as it can under kubelet, which makes both 0777; the
+// file the init container wrote is mounted by itself into the app container
+// with a subPath, as kubelet allows.
 func TestEmptyDirWritableByAnyUserOnDocker(t *testing.T) {
 	t.Parallel()
 	n := newNode(t, "emptydir", clientfake.New())
@@ -142,7 +144,8 @@ func TestEmptyDirWritableByAnyUserOnDocker(t *testing.T) {
 		Args:         []string{"-append", "/sub/w=init", "-exit-after", "0s"},
 		VolumeMounts: []corev1.VolumeMount{{Name: "scratch", MountPath: "/sub", SubPath: "a/b"}},
 	}}
-	p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "scratch", MountPath: "/scratch"}}
+	p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "scratch", MountPath: "/scratch"},
+		{Name: "scratch", MountPath: "/conf/w", SubPath: "a/b/w"}}
 	n.seed(p)
 	n.start(nil)
 
@@ -161,7 +164,7 @@ func TestEmptyDirWritableByAnyUserOnDocker(t *testing.T) {
 		if app == "" {
 			return fmt.Errorf("no app container among %d", len(l))
 		}
-		for path, want := range map[string]string{"/scratch/w": "ok\n", "/scratch/a/b/w": "init\n"} {
+		for path, want := range map[string]string{"/scratch/w": "ok\n", "/scratch/a/b/w": "init\n", "/conf/w": "init\n"} {
 			code, out, err := n.rt.Exec(context.Background(), app, []string{"/testdaemon", "-cat", path})
 			if err != nil || code != 0 || string(out) != want {
 				return fmt.Errorf("cat %s: exit %d, %v: %q, want %q", path, code, err, out, want)
