@@ -216,8 +216,11 @@ func keepServerMeta(obj, old resources.Object) {
 
 // PrepareForStatusUpdate applies the rules of a /status write: only status
 // may change, so spec and all metadata except resourceVersion come from old.
+// A uid the write carries is kept too, as kube-apiserver keeps it: it is a
+// precondition (a status patch for a pod that was since re-created under the
+// same name), which ValidateUpdate rejects as immutable when it differs.
 func PrepareForStatusUpdate(r *resources.Resource, obj, old resources.Object) {
-	rv := obj.GetResourceVersion()
+	rv, uid := obj.GetResourceVersion(), obj.GetUID()
 	switch o := obj.(type) {
 	case *appsv1.DaemonSet:
 		if od, ok := old.(*appsv1.DaemonSet); ok {
@@ -249,6 +252,9 @@ func PrepareForStatusUpdate(r *resources.Resource, obj, old resources.Object) {
 		}
 	}
 	obj.SetResourceVersion(rv)
+	if uid != "" {
+		obj.SetUID(uid)
+	}
 	if r != nil {
 		r.SetTypeMeta(obj)
 	}

@@ -229,6 +229,22 @@ func TestStatusUpdate(t *testing.T) {
 	if pod.Spec.NodeName != "n1" || pod.Status.Phase != corev1.PodRunning {
 		t.Errorf("pod status update: node %s phase %s", pod.Spec.NodeName, pod.Status.Phase)
 	}
+	// A uid in a status write is a precondition: the same uid passes, another
+	// is refused as immutable (a status meant for a pod since re-created).
+	curPod := validPod()
+	Default(resources.Pods, curPod)
+	PrepareForCreate(resources.Pods, curPod, testNow, func() types.UID { return "uid-1" })
+	curPod.ResourceVersion = "8"
+	for uid, ok := range map[types.UID]bool{"": true, "uid-1": true, "uid-2": false} {
+		pod := curPod.DeepCopy()
+		pod.UID = uid
+		pod.Status.Phase = corev1.PodFailed
+		PrepareForStatusUpdate(resources.Pods, pod, curPod)
+		errs := ValidateUpdate(resources.Pods, pod, curPod)
+		if got := len(errs) == 0; got != ok || (!ok && errs[0].Field != "metadata.uid") {
+			t.Errorf("status update with uid %q: %v", uid, errs)
+		}
+	}
 
 	oldNode := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n"}, Spec: corev1.NodeSpec{Unschedulable: true}}
 	node := oldNode.DeepCopy()
