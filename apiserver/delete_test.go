@@ -1,13 +1,17 @@
 package apiserver
 
 import (
+	"encoding/json"
 	"net/http"
 	"slices"
+	"strings"
 	"testing"
 
-	"github.com/everynode/everynode/apiserver/strategy"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/everynode/everynode/apiserver/strategy"
 )
 
 // TestDeletePropagation: Orphan and Foreground mark the object and add their
@@ -137,4 +141,38 @@ func TestDeletePreconditions(t *testing.T) {
 	if r := e.get(dsPath + "/pre"); r.code != http.StatusNotFound {
 		t.Fatalf("still there: %d", r.code)
 	}
+}
+
+// TestUpdateUIDPrecondition: a uid in a write is a precondition, answered as
+// kube-apiserver answers it: a PUT (object or /status) carrying another uid
+// is a 409 from the storage's precondition check, a patch that sets another
+// uid a 422 (uid is immutable); nothing is written.
+func TestUpdateUIDPrecondition(t *testing.T) {
+	e := newEnv(t)
+	pod := e.createPod(newPod("pre", "n1"))
+	stale := pod.DeepCopy()
+	stale.UID = "another-uid"
+	stale.ResourceVersion = ""
+	stale.Status.Phase = corev1.PodFailed
+	want := `Operation cannot be fulfilled on pods "pre": Precondition failed: UID in precondition: another-uid, UID in object meta: ` + string(pod.UID)
+	for _, path := range []string{podsPath + "/pre", podsPath + "/pre/status"} {
+		r := e.do(req{method: "PUT", path: path, body: toJSON(t, stale)})
+		var st metav1.Status
+		if err := json.Unmarshal(r.body, &st); err != nil || r.code != http.StatusConflict || st.Message != want {
+			t.Errorf("PUT %s with another uid: %d %s", path, r.code, r.body)
+		}
+	}
+	r := e.do(req{method: "PATCH", path: podsPath + "/pre/status", contentType: "application/strategic-merge-patch+json",
+		body: `{"metadata":{"uid":"another-uid"},"status":{"phase":"Failed"}}`})
+	if r.code != http.StatusUnprocessableEntity || !strings.Contains(string(r.body), "metadata.uid") {
+		t.Errorf("status patch with another uid: %d %s", r.code, r.body)
+	}
+	var got corev1.Pod
+	e.do(req{method: "GET", path: podsPath + "/pre"}).must(t, http.StatusOK, &got)
+	if got.Status.Phase == corev1.PodFailed || got.ResourceVersion != pod.ResourceVersion {
+		t.Errorf("written: phase %s, resourceVersion %s → %s", got.Status.Phase, pod.ResourceVersion, got.ResourceVersion)
+	}
+	same := pod.DeepCopy()
+	same.Status.Phase = corev1.PodRunning
+	e.do(req{method: "PUT", path: podsPath + "/pre/status", body: toJSON(t, same)}).must(t, http.StatusOK, nil)
 }

@@ -151,6 +151,9 @@ func (s *Server) updateObject(ctx context.Context, c call, obj resources.Object,
 	}
 	mutate := func(cur resources.Object) (resources.Object, error) {
 		next := obj.DeepCopyObject().(resources.Object)
+		if err := strategy.CheckUIDPrecondition(c.r, next, cur); err != nil {
+			return nil, err
+		}
 		if err := strategy.CheckResourceVersion(c.r, next, cur); err != nil {
 			return nil, err
 		}

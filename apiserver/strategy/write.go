@@ -116,6 +116,18 @@ func CheckKey(r *resources.Resource, namespace, name string, obj resources.Objec
 	return nil
 }
 
+// CheckUIDPrecondition is the precondition a PUT's metadata.uid makes, as
+// kube-apiserver's storage checks it before anything else: a uid other than
+// cur's is a 409 Conflict ("Precondition failed: UID in precondition: …").
+// (A patch that carries another uid is refused by ValidateUpdate instead,
+// 422, as in Kubernetes.)
+func CheckUIDPrecondition(r *resources.Resource, next, cur resources.Object) error {
+	if uid := next.GetUID(); uid != "" {
+		return CheckPreconditions(r, cur, &metav1.Preconditions{UID: &uid})
+	}
+	return nil
+}
+
 // CheckResourceVersion is the optimistic-concurrency precondition of an
 // update or patch: a non-empty resourceVersion in next must be cur's (409
 // Conflict otherwise). It then gives next cur's resourceVersion.

@@ -450,6 +450,9 @@ func (c *Client) updateVerb(obj client.Object, opts client.WriteOptions, sub str
 		return nil, err
 	}
 	return c.update(k, op(r, sub, opts), opts.DryRun, func(cur resources.Object) (resources.Object, error) {
+		if err := strategy.CheckUIDPrecondition(r, o, cur); err != nil {
+			return nil, err
+		}
 		if err := strategy.CheckResourceVersion(r, o, cur); err != nil {
 			return nil, err
 		}
