@@ -55,6 +55,9 @@ type Config struct {
 	// Unknown before a DaemonSet rollout sets it aside; 0 means
 	// daemonset.DefaultUnreachableGrace (docs/rollouts.md §7).
 	UnreachableGrace time.Duration
+	// OrphanQuarantine is how long a pod's Node must have been gone before
+	// pod GC deletes the pod; 0 means garbagecollector.DefaultOrphanQuarantine.
+	OrphanQuarantine time.Duration
 }
 
 // RunAll builds fresh controllers, sharing one informer per resource, and
@@ -88,7 +91,8 @@ func RunAll(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("controller: %w", err)
 	}
 	runners = append(runners, runner{"daemonset", func(ctx context.Context) error { return ds.Run(ctx, workers) }})
-	gc, err := garbagecollector.New(garbagecollector.Config{Client: cfg.Client, Logger: logger.With("controller", "garbagecollector"), Clock: cfg.Clock, Informers: shared})
+	gc, err := garbagecollector.New(garbagecollector.Config{Client: cfg.Client, Logger: logger.With("controller", "garbagecollector"), Clock: cfg.Clock, Informers: shared,
+		OrphanQuarantine: cfg.OrphanQuarantine})
 	if err != nil {
 		return fmt.Errorf("controller: %w", err)
 	}

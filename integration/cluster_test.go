@@ -115,7 +115,7 @@ func newClusterWith(t *testing.T, n int, mod func(*server.Config)) *cluster {
 	members := nodelifecycle.NewStaticMembership()
 	startCtx, startCancel := context.WithTimeout(ctx, waitLong)
 	cfg := server.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", CompactInterval: -1,
-		Logger: log, Membership: members, Authenticator: toks}
+		Logger: log, Membership: members, Authenticator: toks, OrphanQuarantine: orphanQuarantine}
 	if mod != nil {
 		mod(&cfg)
 	}

@@ -31,6 +31,9 @@ const (
 	hashLabel   = appsv1.ControllerRevisionHashLabelKey
 	// waitLong bounds any single convergence in these tests.
 	waitLong = 30 * time.Second
+	// orphanQuarantine is pod GC's quarantine in these tests (40 s by
+	// default): the pods of a deleted Node go after it.
+	orphanQuarantine = 2 * time.Second
 )
 
 // eventually is testkit.Eventually: fn until it returns nil, failing the

@@ -142,6 +142,10 @@ type Config struct {
 	// daemonset.DefaultUnreachableGrace (docs/rollouts.md §7). Tests and
 	// the benchmark shorten it.
 	UnreachableGrace time.Duration
+	// OrphanQuarantine is how long a pod's Node must have been gone before
+	// pod GC deletes the pod; 0 means garbagecollector.DefaultOrphanQuarantine
+	// (40 s, Kubernetes'). Tests shorten it.
+	OrphanQuarantine time.Duration
 	// StreamPingTimeout, when > 0, is how long the API waits for the
 	// answer to an HTTP/2 ping before it closes the connection, instead of
 	// the gossip profile's (1 s; 10 s with wan). The benchmark, whose
@@ -446,7 +450,8 @@ func (s *Server) StartControllers() {
 		defer close(done)
 		err := leader.Run(ctx, leader.Config{Client: s.st.Client(), Identity: s.identity, Logger: ctrlLog, TTL: s.leaderTTL()}, func(ctx context.Context) {
 			ctrlLog.Info("leading: controllers start", "identity", s.identity)
-			if err := controller.RunAll(ctx, controller.Config{Client: s.local, Membership: s.ms, Logger: ctrlLog, UnreachableGrace: s.cfg.UnreachableGrace}); err != nil && ctx.Err() == nil {
+			if err := controller.RunAll(ctx, controller.Config{Client: s.local, Membership: s.ms, Logger: ctrlLog,
+				UnreachableGrace: s.cfg.UnreachableGrace, OrphanQuarantine: s.cfg.OrphanQuarantine}); err != nil && ctx.Err() == nil {
 				ctrlLog.Error("controllers stopped", "err", err)
 			}
 		})

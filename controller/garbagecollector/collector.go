@@ -25,6 +25,12 @@ import (
 // DefaultResyncInterval is how often every dependent and deleting owner is re-checked.
 const DefaultResyncInterval = time.Minute
 
+// DefaultOrphanQuarantine is how long a pod's Node must have been gone
+// before pod GC deletes the pod: Kubernetes' pod GC quarantine, which lets
+// a node that is re-registered at once (a Node deleted while its agent
+// runs) keep its pods.
+const DefaultOrphanQuarantine = 40 * time.Second
+
 const (
 	ownerUIDIndex = "ownerUID"
 	nodeNameIndex = informer.NodeNameIndex
@@ -40,6 +46,8 @@ type Config struct {
 	Clock clock.WithTicker
 	// ResyncInterval; 0 means DefaultResyncInterval.
 	ResyncInterval time.Duration
+	// OrphanQuarantine; 0 means DefaultOrphanQuarantine.
+	OrphanQuarantine time.Duration
 	// Informers, when set, provides informers shared with other
 	// controllers, run by its owner (see controller.RunAll); nil makes the
 	// collector's own.
@@ -65,10 +73,16 @@ type item struct {
 
 // Collector is the garbage collector. Create with New, start once with Run.
 type Collector struct {
-	client client.Interface
-	logger *slog.Logger
-	clock  clock.WithTicker
-	resync time.Duration
+	client     client.Interface
+	logger     *slog.Logger
+	clock      clock.WithTicker
+	resync     time.Duration
+	quarantine time.Duration
+
+	// nodesGone: when each Node that pods are bound to was first found
+	// missing (by a live read), for pod GC's quarantine.
+	mu        sync.Mutex
+	nodesGone map[string]time.Time
 
 	// stores by resource: the watched kinds.
 	stores    map[*resources.Resource]cache.Indexer
@@ -88,7 +102,7 @@ func New(cfg Config) (_ *Collector, err error) {
 		return nil, errors.New("garbage collector: Config.Client is required")
 	}
 	c := &Collector{client: cfg.Client, logger: cfg.Logger, clock: cfg.Clock, resync: cfg.ResyncInterval,
-		stores: map[*resources.Resource]cache.Indexer{}}
+		quarantine: cfg.OrphanQuarantine, nodesGone: map[string]time.Time{}, stores: map[*resources.Resource]cache.Indexer{}}
 	if c.logger == nil {
 		c.logger = slog.New(slog.DiscardHandler)
 	}
@@ -97,6 +111,9 @@ func New(cfg Config) (_ *Collector, err error) {
 	}
 	if c.resync <= 0 {
 		c.resync = DefaultResyncInterval
+	}
+	if c.quarantine <= 0 {
+		c.quarantine = DefaultOrphanQuarantine
 	}
 	c.queue = workers.NewQueue[item](c.clock)
 	defer workers.ShutDownOnError(c.queue, &err)
@@ -169,7 +186,12 @@ func (c *Collector) handlers(r *resources.Resource) cache.ResourceEventHandlerFu
 		}
 	}
 	return cache.ResourceEventHandlerFuncs{
-		AddFunc: onChange,
+		AddFunc: func(obj any) {
+			if o, ok := metaOf(obj); ok && r == resources.Nodes {
+				c.nodeBack(o.GetName())
+			}
+			onChange(obj)
+		},
 		UpdateFunc: func(oldObj, cur any) {
 			onChange(cur)
 			c.enqueueDeletingOwners(oldObj)
@@ -241,8 +263,16 @@ func (c *Collector) Run(ctx context.Context, n int) error {
 	return nil
 }
 
-// enqueueAll re-checks every dependent, deleting owner and bound pod.
+// enqueueAll re-checks every dependent, deleting owner and bound pod, and
+// forgets the missing Nodes no cached pod is bound to any more.
 func (c *Collector) enqueueAll() {
+	c.mu.Lock()
+	for name := range c.nodesGone {
+		if objs, _ := c.stores[resources.Pods].ByIndex(nodeNameIndex, name); len(objs) == 0 {
+			delete(c.nodesGone, name)
+		}
+	}
+	c.mu.Unlock()
 	for r, store := range c.stores {
 		for _, obj := range store.List() {
 			o := obj.(metav1.Object)

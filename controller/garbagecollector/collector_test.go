@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/everynode/everynode/client"
 	"github.com/everynode/everynode/client/fake"
@@ -253,28 +254,135 @@ func TestForegroundCascade(t *testing.T) {
 	}
 }
 
+// TestPodsOfDeletedNode: pod GC as Kubernetes': a pod whose Node is gone
+// (by a live read, not only the cache) is kept for the quarantine, then
+// marked Failed with the DisruptionTarget condition and force-deleted; a
+// Node that comes back within the quarantine keeps its pods.
 func TestPodsOfDeletedNode(t *testing.T) {
-	h := newHarness(t, node("n1"), node("n2"),
-		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "on-n1"}, Spec: corev1.PodSpec{NodeName: "n1"}},
-		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "on-n2"}, Spec: corev1.PodSpec{NodeName: "n2"}},
-		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "unbound"}})
-	if _, err := h.fc.Delete(context.Background(), resources.Nodes, "", "n1", metav1.DeleteOptions{}); err != nil {
+	clk := clocktesting.NewFakeClock(time.Now())
+	running := corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
+	fc := fake.New(node("n1"), node("n2"), node("n3"),
+		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "on-n1", UID: "uid-n1"}, Spec: podSpec("n1"), Status: running},
+		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "on-n2"}, Spec: podSpec("n2")},
+		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "on-n3"}, Spec: podSpec("n3")},
+		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "unbound"}, Spec: podSpec("")})
+	c, err := New(Config{Client: fc, Clock: clk})
+	if err != nil {
 		t.Fatal(err)
+	}
+	t.Cleanup(c.queue.ShutDown)
+	h := &harness{c: c, fc: fc}
+	for _, n := range []string{"n1", "n3"} {
+		if _, err := fc.Delete(t.Context(), resources.Nodes, "", n, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	// n2 is missing from the cache only: the live GET protects its pod.
 	h.refresh(t)
 	h.c.stores[resources.Nodes].Delete(node("n2"))
-	for _, name := range []string{"on-n1", "on-n2", "unbound"} {
-		if err := h.c.syncBoundPod(context.Background(), "default", name); err != nil {
-			t.Fatal(err)
+	syncAll := func() {
+		t.Helper()
+		for _, name := range []string{"on-n1", "on-n2", "on-n3", "unbound"} {
+			if err := h.c.syncBoundPod(t.Context(), "default", name); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
+	syncAll()
+	clk.Step(DefaultOrphanQuarantine - time.Second)
+	syncAll()
+	for _, name := range []string{"on-n1", "on-n2", "on-n3", "unbound"} {
+		if !h.exists(resources.Pods, "default", name) {
+			t.Fatalf("pod %s deleted within the quarantine", name)
+		}
+	}
+	if n := h.c.queue.Len(); n != 0 {
+		t.Errorf("%d items ready before the quarantine ends", n)
+	}
+	// n3 is registered again: its pod stays, whatever the clock.
+	if _, err := fc.Create(t.Context(), node("n3"), client.WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.refresh(t)
+	fc.ClearActions()
+	clk.Step(2 * time.Second)
+	syncAll()
 	if h.exists(resources.Pods, "default", "on-n1") {
-		t.Error("pod of deleted node kept")
+		t.Error("pod of deleted node kept after the quarantine")
 	}
-	if !h.exists(resources.Pods, "default", "on-n2") || !h.exists(resources.Pods, "default", "unbound") {
-		t.Error("pod of an existing node, or an unbound pod, deleted")
+	for _, name := range []string{"on-n2", "on-n3", "unbound"} {
+		if !h.exists(resources.Pods, "default", name) {
+			t.Errorf("pod %s of an existing node, a node back, or unbound, deleted", name)
+		}
 	}
+	var verbs []string
+	for _, a := range fc.Actions() {
+		if a.Verb != fake.VerbGet {
+			verbs = append(verbs, a.Verb+" "+a.Resource+"/"+a.Subresource+" "+a.Name)
+		}
+	}
+	if want := []string{"patch pods/status on-n1", "delete pods/ on-n1"}; fmt.Sprint(verbs) != fmt.Sprint(want) {
+		t.Errorf("writes %q, want %q", verbs, want)
+	}
+}
+
+// TestMarkOrphanFailed: the status patch pod GC sends before deleting sets
+// phase Failed and the DisruptionTarget condition, keeps the other
+// conditions, and carries the pod's UID: a pod re-created under the same
+// name is not marked.
+func TestMarkOrphanFailed(t *testing.T) {
+	now := time.Date(2026, 12, 7, 9, 0, 0, 0, time.UTC)
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "p"}, Spec: podSpec("gone"),
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}}
+	fc := fake.New(pod)
+	c, err := New(Config{Client: fc, Clock: clocktesting.NewFakeClock(now)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.queue.ShutDown)
+	stored, err := fc.Get(t.Context(), resources.Pods, "default", "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.markOrphanFailed(t.Context(), stored.(*corev1.Pod)); err != nil {
+		t.Fatal(err)
+	}
+	got, err := fc.Get(t.Context(), resources.Pods, "default", "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := got.(*corev1.Pod).Status
+	if st.Phase != corev1.PodFailed || len(st.Conditions) != 2 || st.Conditions[0].Type != corev1.PodReady {
+		t.Fatalf("status %+v", st)
+	}
+	if d := st.Conditions[1]; d.Type != corev1.DisruptionTarget || d.Status != corev1.ConditionTrue || d.Reason != ReasonDeletionByPodGC ||
+		d.Message != "PodGC: node no longer exists" || !d.LastTransitionTime.Time.Equal(now) {
+		t.Errorf("condition %+v", d)
+	}
+
+	// The same name, another pod: the UID precondition refuses the patch.
+	stale := stored.(*corev1.Pod).DeepCopy()
+	if _, err := fc.Delete(t.Context(), resources.Pods, "default", "p", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	again := pod.DeepCopy()
+	if _, err := fc.Create(t.Context(), again, client.WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.markOrphanFailed(t.Context(), stale); !apierrors.IsInvalid(err) {
+		t.Errorf("patch of a re-created pod: %v, want 422 (uid is immutable)", err)
+	}
+	cur, err := fc.Get(t.Context(), resources.Pods, "default", "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := cur.(*corev1.Pod).Status; st.Phase == corev1.PodFailed || len(st.Conditions) != 0 {
+		t.Errorf("re-created pod marked: %+v", st)
+	}
+}
+
+func podSpec(node string) corev1.PodSpec {
+	return corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "i"}}}
 }
 
 func TestRunCollects(t *testing.T) {

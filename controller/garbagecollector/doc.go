@@ -13,7 +13,10 @@
 //     then the finalizer is removed.
 //   - Ownerreferences to owners that are gone are removed from dependents
 //     that still have a live owner.
-//   - A pod bound to a Node that no longer exists is deleted (pod GC).
+//   - A pod bound to a Node that no longer exists is deleted (pod GC), as
+//     Kubernetes' pod GC does: once the Node has been missing for the
+//     quarantine (40 s), so a Node re-registered at once keeps its pods;
+//     the pod is marked Failed with a DisruptionTarget condition first.
 //
 // Absence is always confirmed with a live GET before anything is deleted, so
 // a stale cache never deletes a living object's dependents. Handlers only

@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/strategicpatch"
 
 	"github.com/everynode/everynode/client"
 	"github.com/everynode/everynode/resources"
@@ -229,33 +231,120 @@ func (c *Collector) syncOwner(ctx context.Context, r *resources.Resource, namesp
 	return nil
 }
 
-// syncBoundPod deletes a pod whose node is gone (confirmed by a live GET).
+// syncBoundPod deletes a pod whose node is gone, as Kubernetes' pod GC
+// does: the Node must be missing from a live read, and have been so for the
+// quarantine; the pod is then marked Failed with a DisruptionTarget
+// condition (reason DeletionByPodGC) and force-deleted.
 func (c *Collector) syncBoundPod(ctx context.Context, namespace, name string) error {
 	o, ok := c.cached(resources.Pods, namespace, name)
 	if !ok {
 		return nil
 	}
 	pod := o.(*corev1.Pod)
-	if pod.Spec.NodeName == "" {
+	node := pod.Spec.NodeName
+	if node == "" {
 		return nil
 	}
-	if _, exists, _ := c.stores[resources.Nodes].GetByKey(pod.Spec.NodeName); exists {
+	if _, exists, _ := c.stores[resources.Nodes].GetByKey(node); exists {
+		c.nodeBack(node)
 		return nil
 	}
-	if _, err := c.client.Get(ctx, resources.Nodes, "", pod.Spec.NodeName); err == nil {
+	if _, err := c.client.Get(ctx, resources.Nodes, "", node); err == nil {
+		c.nodeBack(node)
 		return nil
 	} else if !apierrors.IsNotFound(err) {
-		return fmt.Errorf("get node %s: %w", pod.Spec.NodeName, err)
+		return fmt.Errorf("get node %s: %w", node, err)
+	}
+	if wait := c.quarantine - c.clock.Since(c.nodeGone(node)); wait > 0 {
+		c.queue.AddAfter(item{boundPodItem, resources.Pods.Name, namespace, name}, wait)
+		return nil
+	}
+	if err := c.markOrphanFailed(ctx, pod); err != nil {
+		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+			return nil // gone, or another pod of that name: the next event says
+		}
+		return fmt.Errorf("mark pod %s/%s of deleted node %s failed: %w", namespace, name, node, err)
 	}
 	uid := pod.UID
 	zero := int64(0)
 	_, err := c.client.Delete(ctx, resources.Pods, namespace, name, metav1.DeleteOptions{
 		GracePeriodSeconds: &zero, Preconditions: &metav1.Preconditions{UID: &uid}})
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-		return fmt.Errorf("delete pod %s/%s of deleted node %s: %w", namespace, name, pod.Spec.NodeName, err)
+		return fmt.Errorf("delete pod %s/%s of deleted node %s: %w", namespace, name, node, err)
 	}
 	if err == nil {
-		c.logger.Info("deleted pod of a deleted node", "pod", namespace+"/"+name, "node", pod.Spec.NodeName)
+		c.logger.Info("deleted pod of a deleted node", "pod", namespace+"/"+name, "node", node)
 	}
 	return nil
+}
+
+// nodeGone returns when node was first found missing, noting now if it
+// had not been.
+func (c *Collector) nodeGone(node string) time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	since, ok := c.nodesGone[node]
+	if !ok {
+		since = c.clock.Now()
+		c.nodesGone[node] = since
+	}
+	return since
+}
+
+// nodeBack forgets that node was missing: it exists (again).
+func (c *Collector) nodeBack(node string) {
+	c.mu.Lock()
+	delete(c.nodesGone, node)
+	c.mu.Unlock()
+}
+
+// markOrphanFailed moves a pod that has not finished to phase Failed with
+// pod GC's DisruptionTarget condition, by a strategic merge patch of its
+// status that carries its UID as a precondition, as Kubernetes' pod GC does
+// before deleting it: with no node, nothing else would ever end its phase,
+// and a watcher sees why it went.
+func (c *Collector) markOrphanFailed(ctx context.Context, pod *corev1.Pod) error {
+	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		return nil
+	}
+	status := pod.Status.DeepCopy()
+	status.Phase = corev1.PodFailed
+	setPodCondition(status, corev1.PodCondition{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue,
+		Reason: ReasonDeletionByPodGC, Message: "PodGC: node no longer exists"}, metav1.NewTime(c.clock.Now()))
+	old, err := json.Marshal(corev1.Pod{Status: pod.Status})
+	if err != nil {
+		return err
+	}
+	cur, err := json.Marshal(corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: pod.UID}, Status: *status})
+	if err != nil {
+		return err
+	}
+	patch, err := strategicpatch.CreateTwoWayMergePatch(old, cur, corev1.Pod{})
+	if err != nil {
+		return err
+	}
+	_, err = c.client.Patch(ctx, resources.Pods, pod.Namespace, pod.Name, types.StrategicMergePatchType, patch, client.WriteOptions{}, "status")
+	return err
+}
+
+// ReasonDeletionByPodGC is the reason of the DisruptionTarget condition a
+// pod of a deleted Node gets before it is deleted (Kubernetes' pod GC's).
+const ReasonDeletionByPodGC = "DeletionByPodGC"
+
+// setPodCondition sets cond in status, replacing the condition of its type;
+// the transition time moves only when the condition's status changes.
+func setPodCondition(status *corev1.PodStatus, cond corev1.PodCondition, now metav1.Time) {
+	for i := range status.Conditions {
+		if status.Conditions[i].Type != cond.Type {
+			continue
+		}
+		cond.LastTransitionTime = status.Conditions[i].LastTransitionTime
+		if status.Conditions[i].Status != cond.Status {
+			cond.LastTransitionTime = now
+		}
+		status.Conditions[i] = cond
+		return
+	}
+	cond.LastTransitionTime = now
+	status.Conditions = append(status.Conditions, cond)
 }
