@@ -1,6 +1,8 @@
 package nodeagent
 
 import (
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -160,5 +162,38 @@ func TestHostPathMountFailed(t *testing.T) {
 	p, _ = e.sync("hp")
 	if s := cstatus(t, p); s.State.Running == nil || s.RestartCount != 0 {
 		t.Errorf("after the path appeared: %+v", s)
+	}
+}
+
+// TestHostPathWithSubPathMountFailed: a typed hostPath that fails its check
+// fails as a volume (ContainerCreating, FailedMount), not as its subPath,
+// also when the container mounts it with a subPath the agent prepares; it
+// starts once the path is there.
+func TestHostPathWithSubPathMountFailed(t *testing.T) {
+	e := newEnv(t, rtfake.Config{})
+	host := filepath.Join(t.TempDir(), "data")
+	e.seed(newPod("hp", func(p *corev1.Pod) {
+		p.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{
+			Path: host, Type: ptr(corev1.HostPathDirectory)}}}}
+		p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "data", MountPath: "/data", SubPath: "x"}}
+	}))
+	p, wake := e.sync("hp")
+	if s := cstatus(t, p); waitingReason(s) != reasonContainerCreating || wake != mountRetry {
+		t.Fatalf("state %+v wake %s; want %s, retry in %s", s.State, wake, reasonContainerCreating, mountRetry)
+	}
+	evs := byReason(e.events("hp"), eventFailedMount)
+	if len(evs) != 1 || !strings.HasPrefix(evs[0].Message, `MountVolume.SetUp failed for volume "data" : hostPath type check failed`) {
+		t.Fatalf("FailedMount events %+v", evs)
+	}
+	if err := os.Mkdir(host, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Step(mountRetry)
+	p, _ = e.sync("hp")
+	if s := cstatus(t, p); s.State.Running == nil || s.RestartCount != 0 {
+		t.Errorf("after the path appeared: %+v", s)
+	}
+	if fi, err := os.Stat(filepath.Join(host, "x")); err != nil || !fi.IsDir() {
+		t.Errorf("subPath: %v %v", fi, err)
 	}
 }

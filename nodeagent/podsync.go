@@ -382,6 +382,9 @@ func (a *Agent) startContainer(ctx context.Context, pod *corev1.Pod, c *corev1.C
 	}
 	spec, err := a.containerSpec(ctx, pod, c, attempt)
 	if err != nil {
+		if re := (*runtime.Error)(nil); errors.As(err, &re) && re.Kind == runtime.MountFailed {
+			return a.mountFailed(pod, c, cs, re, now), false, nil
+		}
 		cs.waiting = &corev1.ContainerStateWaiting{Reason: reasonCreateConfigError, Message: err.Error()}
 		a.failedEvent(pod, c.Name, cs, err)
 		return time.Time{}, false, nil

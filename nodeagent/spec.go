@@ -467,11 +467,13 @@ func (a *Agent) mounts(ctx context.Context, pod *corev1.Pod, c *corev1.Container
 				}
 				p = real
 			} else {
-				// A DirectoryOrCreate hostPath is made before its subPath,
-				// as kubelet sets the volume up before the container.
-				if vol.HostPath != nil && m.HostPathType == runtime.HostPathDirectoryOrCreate {
+				// A typed hostPath is checked (a DirectoryOrCreate one made)
+				// before its subPath, as kubelet sets the volume up before the
+				// container: a failure is the volume's (FailedMount), not
+				// the subPath's.
+				if vol.HostPath != nil && m.HostPathType != "" {
 					if err := runtime.CheckHostPath(m.Source, m.HostPathType); err != nil {
-						return nil, fmt.Errorf("container %q: volume %q: %w", c.Name, vm.Name, err)
+						return nil, &runtime.Error{Op: "mount", Kind: runtime.MountFailed, Subject: vol.Name, Err: err}
 					}
 				}
 				prepared, err := prepareSubPath(m.Source, sub)

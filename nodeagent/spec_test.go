@@ -205,7 +205,10 @@ func TestSubPathExprOfHostPathToCreate(t *testing.T) {
 // names no host path.
 func TestSubPathOfHostPath(t *testing.T) {
 	e := newEnv(t, rtfake.Config{})
-	host := t.TempDir()
+	host, err := filepath.EvalSymlinks(t.TempDir()) // paths come back resolved
+	if err != nil {
+		t.Fatal(err)
+	}
 	outside := t.TempDir()
 	if err := os.WriteFile(filepath.Join(host, "app.conf"), []byte("x"), 0o644); err != nil {
 		t.Fatal(err)

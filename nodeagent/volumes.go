@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -131,7 +132,7 @@ var errSubPathDirs = errors.New("making the subPath's directories")
 // prepareSubPath returns the host path of sub (relative, without "..")
 // inside the volume directory root, as kubelet prepares a subPath of any
 // volume: a sub that does not exist yet is made as directories, each with
-// root's mode (setgid and sticky bits included); one that exists may be a
+// root's mode (setuid, setgid and sticky bits included); one that exists may be a
 // file or a directory, reached through symbolic links that stay inside the
 // volume. It works inside root as an os.Root, so a link a container planted
 // in the volume cannot lead it, or what it makes, outside; the path it
@@ -172,7 +173,7 @@ func makeSubPathDirs(r *os.Root, sub string) error {
 	if err != nil {
 		return err
 	}
-	mode := fi.Mode() & (fs.ModePerm | fs.ModeSetgid | fs.ModeSticky)
+	mode := fi.Mode() & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky)
 	p := "."
 	for part := range strings.SplitSeq(filepath.Clean(sub), string(filepath.Separator)) {
 		p = filepath.Join(p, part)
@@ -181,13 +182,25 @@ func makeSubPathDirs(r *os.Root, sub string) error {
 			continue
 		}
 		if err == nil {
-			err = r.Chmod(p, mode)
+			err = chmodDir(r, p, mode)
 		}
 		if err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// chmodDir sets the mode of the directory p in r through a descriptor of
+// it, opened without following a link: a container that swapped the new
+// directory for a link cannot have the agent change another file's mode.
+func chmodDir(r *os.Root, p string, mode fs.FileMode) error {
+	f, err := r.OpenFile(p, os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Chmod(mode)
 }
 
 // writeVolume writes payload into pod's volume directory name (atomically)

@@ -233,7 +233,11 @@ func TestMakeVolumeDirModes(t *testing.T) {
 func TestPrepareSubPath(t *testing.T) {
 	old := syscall.Umask(0o077)
 	defer syscall.Umask(old)
-	root := filepath.Join(t.TempDir(), "vol")
+	tmp, err := filepath.EvalSymlinks(t.TempDir()) // paths come back resolved
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := filepath.Join(tmp, "vol")
 	if err := os.Mkdir(root, 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -260,6 +264,9 @@ func TestPrepareSubPath(t *testing.T) {
 	// A file an init container wrote, and links that stay inside.
 	file := filepath.Join(root, "a", "app.conf")
 	if err := os.WriteFile(file, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(file, 0o644); err != nil { // the umask took some
 		t.Fatal(err)
 	}
 	if err := os.Symlink("a/b", filepath.Join(root, "in")); err != nil {
@@ -294,6 +301,22 @@ func TestPrepareSubPath(t *testing.T) {
 	if p, err := prepareSubPath(filepath.Join(root, "missing"), "x"); !errors.Is(err, errSubPathDirs) {
 		t.Errorf("prepareSubPath in a missing volume = %q, %v", p, err)
 	}
+
+	// A directory swapped for a link after it was made: its mode is set
+	// through a descriptor opened without following the link, so the
+	// file the link names keeps its own.
+	r, err := os.OpenRoot(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if err := os.Symlink("a/app.conf", filepath.Join(root, "swapped")); err != nil {
+		t.Fatal(err)
+	}
+	if err := chmodDir(r, "swapped", 0o777|os.ModeSetgid); err == nil {
+		t.Error("chmodDir followed a link")
+	}
+	checkMode(t, file, 0o644)
 }
 
 func checkMode(t *testing.T, path string, want os.FileMode) {
