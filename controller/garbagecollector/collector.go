@@ -193,6 +193,9 @@ func (c *Collector) handlers(r *resources.Resource) cache.ResourceEventHandlerFu
 			onChange(obj)
 		},
 		UpdateFunc: func(oldObj, cur any) {
+			if o, ok := metaOf(cur); ok && r == resources.Nodes {
+				c.nodeBack(o.GetName()) // also undoes a live read that raced the Node's return
+			}
 			onChange(cur)
 			c.enqueueDeletingOwners(oldObj)
 		},

@@ -324,6 +324,70 @@ func TestPodsOfDeletedNode(t *testing.T) {
 	if want := []string{"patch pods/status on-n1", "delete pods/ on-n1"}; fmt.Sprint(verbs) != fmt.Sprint(want) {
 		t.Errorf("writes %q, want %q", verbs, want)
 	}
+
+	// n3 goes again, 41 s after it first went: its quarantine starts over.
+	if _, err := fc.Delete(t.Context(), resources.Nodes, "", "n3", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.refresh(t)
+	syncAll()
+	clk.Step(DefaultOrphanQuarantine - time.Second)
+	syncAll()
+	if !h.exists(resources.Pods, "default", "on-n3") {
+		t.Error("pod of a Node deleted a second time went before its own quarantine")
+	}
+	clk.Step(time.Second)
+	syncAll()
+	if h.exists(resources.Pods, "default", "on-n3") {
+		t.Error("pod of a Node deleted a second time kept after its quarantine")
+	}
+	// A resync forgets Nodes no pod is bound to any more.
+	h.refresh(t)
+	h.c.enqueueAll()
+	h.c.mu.Lock()
+	left := len(h.c.nodesGone)
+	h.c.mu.Unlock()
+	if left != 0 {
+		t.Errorf("%d missing Nodes remembered without pods", left)
+	}
+}
+
+// TestOrphanRecreatedUnderItsName: when the pod's name holds another pod
+// by the time pod GC marks it, the refused patch (422, the uid) is not an
+// error to retry, and the new pod is neither marked nor deleted.
+func TestOrphanRecreatedUnderItsName(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Now())
+	old := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "p"}, Spec: podSpec("gone")}
+	fc := fake.New(old)
+	c, err := New(Config{Client: fc, Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.queue.ShutDown)
+	h := &harness{c: c, fc: fc}
+	h.refresh(t)
+	if err := c.syncBoundPod(t.Context(), "default", "p"); err != nil {
+		t.Fatal(err)
+	}
+	clk.Step(DefaultOrphanQuarantine)
+	// The name is taken by another pod; the cache still has the first.
+	zero := int64(0)
+	if _, err := fc.Delete(t.Context(), resources.Pods, "default", "p", metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fc.Create(t.Context(), old.DeepCopy(), client.WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.syncBoundPod(t.Context(), "default", "p"); err != nil {
+		t.Errorf("sync with the name re-used: %v", err)
+	}
+	got, err := fc.Get(t.Context(), resources.Pods, "default", "p")
+	if err != nil {
+		t.Fatalf("the new pod: %v", err)
+	}
+	if st := got.(*corev1.Pod).Status; st.Phase == corev1.PodFailed || len(st.Conditions) != 0 {
+		t.Errorf("the new pod marked: %+v", st)
+	}
 }
 
 // TestMarkOrphanFailed: the status patch pod GC sends before deleting sets

@@ -3,6 +3,7 @@ package garbagecollector
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -260,8 +261,8 @@ func (c *Collector) syncBoundPod(ctx context.Context, namespace, name string) er
 		return nil
 	}
 	if err := c.markOrphanFailed(ctx, pod); err != nil {
-		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
-			return nil // gone, or another pod of that name: the next event says
+		if apierrors.IsNotFound(err) || uidRefused(err) {
+			return nil // gone, or another pod of that name: its own events say
 		}
 		return fmt.Errorf("mark pod %s/%s of deleted node %s failed: %w", namespace, name, node, err)
 	}
@@ -325,6 +326,21 @@ func (c *Collector) markOrphanFailed(ctx context.Context, pod *corev1.Pod) error
 	}
 	_, err = c.client.Patch(ctx, resources.Pods, pod.Namespace, pod.Name, types.StrategicMergePatchType, patch, client.WriteOptions{}, "status")
 	return err
+}
+
+// uidRefused reports whether err is the 422 that refuses a write carrying
+// a uid other than the stored object's: the name now holds another object.
+func uidRefused(err error) bool {
+	var st apierrors.APIStatus
+	if !apierrors.IsInvalid(err) || !errors.As(err, &st) || st.Status().Details == nil {
+		return false
+	}
+	for _, c := range st.Status().Details.Causes {
+		if c.Field == "metadata.uid" {
+			return true
+		}
+	}
+	return false
 }
 
 // ReasonDeletionByPodGC is the reason of the DisruptionTarget condition a
