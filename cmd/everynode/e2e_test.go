@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -77,9 +78,13 @@ func TestEndToEnd(t *testing.T) {
 	}
 	dataDir := t.TempDir()
 	srv := startServer(t, dataDir)
-	if out := srv.out.String(); !strings.Contains(out, "everynode agent --server https://127.0.0.1:") || !strings.Contains(out, "join-token") {
-		t.Errorf("welcome text lacks the join command:\n%s", out)
-	}
+	// The welcome text follows the kubeconfig startServer waits for.
+	testkit.Eventually(t, 30*time.Second, func() error {
+		if out := srv.out.String(); !strings.Contains(out, "everynode agent --server https://127.0.0.1:") || !strings.Contains(out, "join-token") {
+			return fmt.Errorf("welcome text lacks the join command:\n%s", out)
+		}
+		return nil
+	})
 
 	out := srv.mustRun(t, "apply", "-f", "testdata")
 	if want := "daemonset.apps/fluentd-elasticsearch created\ndaemonset.apps/redis-ds created\n"; out != want {
