@@ -216,7 +216,7 @@ func TestSubPathOfHostPath(t *testing.T) {
 	if err := os.Symlink(outside, filepath.Join(host, "escape")); err != nil {
 		t.Fatal(err)
 	}
-	spec := func(sub string) (runtime.ContainerSpec, error) {
+	spec := func(host, sub string) (runtime.ContainerSpec, error) {
 		pod := newPod("hp", func(p *corev1.Pod) {
 			p.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: host}}}}
 			p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "data", MountPath: "/data", SubPath: sub}}
@@ -224,7 +224,7 @@ func TestSubPathOfHostPath(t *testing.T) {
 		return e.agent.containerSpec(t.Context(), pod, &pod.Spec.Containers[0], 0)
 	}
 	for sub, want := range map[string]string{"new/dir": filepath.Join(host, "new", "dir"), "app.conf": filepath.Join(host, "app.conf")} {
-		got, err := spec(sub)
+		got, err := spec(host, sub)
 		if err != nil {
 			t.Fatalf("subPath %q: %v", sub, err)
 		}
@@ -236,7 +236,7 @@ func TestSubPathOfHostPath(t *testing.T) {
 		t.Errorf("subPath directory: %v %v", fi, err)
 	}
 	for _, sub := range []string{"escape", "escape/x"} {
-		got, err := spec(sub)
+		got, err := spec(host, sub)
 		if err == nil {
 			t.Errorf("subPath %q through a link out of the hostPath: mounts %+v", sub, got.Mounts)
 			continue
@@ -248,12 +248,7 @@ func TestSubPathOfHostPath(t *testing.T) {
 	if entries, err := os.ReadDir(outside); err != nil || len(entries) != 0 {
 		t.Errorf("made outside the hostPath: %v %v", entries, err)
 	}
-	host2 := filepath.Join(t.TempDir(), "absent")
-	pod := newPod("hp", func(p *corev1.Pod) {
-		p.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: host2}}}}
-		p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "data", MountPath: "/data", SubPath: "x"}}
-	})
-	if _, err := e.agent.containerSpec(t.Context(), pod, &pod.Spec.Containers[0], 0); err == nil ||
+	if _, err := spec(filepath.Join(t.TempDir(), "absent"), "x"); err == nil ||
 		err.Error() != `failed to create subPath directory for volumeMount "data" of container "app"` {
 		t.Errorf("subPath of a missing hostPath (no type): %v", err)
 	}

@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/everynode/everynode/client"
@@ -59,8 +60,14 @@ type harness struct {
 
 func newHarness(t *testing.T, objs ...resources.Object) *harness {
 	t.Helper()
+	return newHarnessAt(t, nil, objs...)
+}
+
+// newHarnessAt is newHarness with the collector on clk (nil: the real clock).
+func newHarnessAt(t *testing.T, clk clock.WithTicker, objs ...resources.Object) *harness {
+	t.Helper()
 	fc := fake.New(objs...)
-	c, err := New(Config{Client: fc})
+	c, err := New(Config{Client: fc, Clock: clk})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -261,17 +268,12 @@ func TestForegroundCascade(t *testing.T) {
 func TestPodsOfDeletedNode(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Now())
 	running := corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
-	fc := fake.New(node("n1"), node("n2"), node("n3"),
+	h := newHarnessAt(t, clk, node("n1"), node("n2"), node("n3"),
 		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "on-n1", UID: "uid-n1"}, Spec: podSpec("n1"), Status: running},
 		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "on-n2"}, Spec: podSpec("n2")},
 		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "on-n3"}, Spec: podSpec("n3")},
 		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "unbound"}, Spec: podSpec("")})
-	c, err := New(Config{Client: fc, Clock: clk})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.queue.ShutDown)
-	h := &harness{c: c, fc: fc}
+	fc := h.fc
 	for _, n := range []string{"n1", "n3"} {
 		if _, err := fc.Delete(t.Context(), resources.Nodes, "", n, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
@@ -358,14 +360,8 @@ func TestPodsOfDeletedNode(t *testing.T) {
 func TestOrphanRecreatedUnderItsName(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Now())
 	old := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "p"}, Spec: podSpec("gone")}
-	fc := fake.New(old)
-	c, err := New(Config{Client: fc, Clock: clk})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.queue.ShutDown)
-	h := &harness{c: c, fc: fc}
-	h.refresh(t)
+	h := newHarnessAt(t, clk, old)
+	c, fc := h.c, h.fc
 	if err := c.syncBoundPod(t.Context(), "default", "p"); err != nil {
 		t.Fatal(err)
 	}
@@ -398,12 +394,8 @@ func TestMarkOrphanFailed(t *testing.T) {
 	now := time.Date(2026, 12, 7, 9, 0, 0, 0, time.UTC)
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "p"}, Spec: podSpec("gone"),
 		Status: corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}}
-	fc := fake.New(pod)
-	c, err := New(Config{Client: fc, Clock: clocktesting.NewFakeClock(now)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.queue.ShutDown)
+	h := newHarnessAt(t, clocktesting.NewFakeClock(now), pod)
+	c, fc := h.c, h.fc
 	stored, err := fc.Get(t.Context(), resources.Pods, "default", "p")
 	if err != nil {
 		t.Fatal(err)
